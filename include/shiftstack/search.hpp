@@ -1,0 +1,86 @@
+// One engine interface, selected by name (DESIGN: Engine::search).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shiftstack/digest.hpp"
+#include "shiftstack/encoding.hpp"
+#include "shiftstack/motion.hpp"
+
+namespace shiftstack {
+
+// Origins searched: a rectangle of pixels (default: the whole image).
+struct Region {
+  int x0 = 0, y0 = 0, width = 0, height = 0;  // width/height 0 = to the image edge
+  std::int64_t count() const { return std::int64_t(width) * height; }
+};
+Region resolve(const Region& region, int image_width, int image_height);  // validates, fills 0s
+
+struct OutputPolicy {
+  double alpha = 0.05;            // digest threshold z_thr = Phi_bar^{-1}(alpha / M)
+  bool collect_candidates = false;
+  double candidate_threshold = 5;  // compact list: every trial with Z > this
+  std::int64_t max_candidates = std::int64_t(1) << 26;  // beyond this: Error, never truncation
+  int top_k = 0;                  // best k trials per origin (KBMOD's results_per_pixel); 0 = off
+};
+
+struct Candidate {
+  int x = 0, y = 0;               // origin pixel at t_ref
+  std::int32_t velocity = 0;      // index into the bank
+  float vx = 0, vy = 0;           // pixels / day
+  float A = 0, B = 0, Z = 0;
+  float flux = 0;                 // A / B
+  std::int32_t obs_count = 0;     // exposures with a valid sample
+};
+
+struct SearchInput {
+  const EncodedStack* stack = nullptr;
+  const MotionBank* bank = nullptr;
+  Region region;                  // resolved by search()
+  OutputPolicy policy;
+};
+
+struct SearchResult {
+  Digest digest;
+  std::vector<Candidate> candidates;  // Z > candidate_threshold, sorted by (velocity, y, x)
+  // top_k per origin, origin-major in region order, best first; entries with B <= 0 have Z = -inf
+  std::vector<Candidate> top_k;
+  std::string engine;
+  double seconds = 0;                 // engine-reported time of the scan
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual std::string name() const = 0;
+  // Empty when the engine computes this input exactly; otherwise why it cannot.
+  virtual std::string unsupported_reason(const SearchInput& input) const = 0;
+  virtual SearchResult search(const SearchInput& input) = 0;
+};
+
+struct EngineInfo {
+  std::string name, description;
+  bool gpu = false;
+  int preference = 0;  // higher = faster; "best available" picks the highest that is available
+  std::function<std::unique_ptr<Engine>()> make;
+  std::function<bool()> available;  // e.g. a CUDA device is present
+};
+
+void register_engine(EngineInfo info);
+const std::vector<EngineInfo>& engines();  // registers the built-in engines on first use
+std::unique_ptr<Engine> make_engine(const std::string& name);  // Error lists the known names
+std::string best_available_engine();
+
+// Resolves the region, computes z_thr, checks support and runs the engine. Errors: empty bank,
+// bank/stack exposure mismatch, region outside the image, unsupported input (with the reason).
+SearchResult search(Engine& engine, const EncodedStack& stack, const MotionBank& bank,
+                    const OutputPolicy& policy = {}, Region region = {});
+
+// Shared by engines: z_thr for an input, and the per-origin top-k merge order.
+double digest_threshold(const SearchInput& input);
+bool better_candidate(const Candidate& a, const Candidate& b);  // higher Z, then (velocity,y,x)
+
+}  // namespace shiftstack

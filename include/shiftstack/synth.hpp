@@ -1,0 +1,61 @@
+// The benchmark kit (SPEC section 3): deterministic synthetic stacks with an injected source.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shiftstack/motion.hpp"
+#include "shiftstack/stack.hpp"
+
+namespace shiftstack {
+
+struct KitOptions {
+  std::string name = "custom";
+  int exposures = 32, width = 128, height = 128;
+  int vx_count = 17, vy_count = 17;
+  double velocity_displacement = 16;  // max |v (t - t_ref)| over the span, pixels
+  double curve_amplitude = 3;         // max |c_e|, pixels
+  double span_days = 10;
+  std::uint64_t seed = 1;
+  ShiftMode shift_mode = ShiftMode::integer;
+
+  // Each feature is switchable for tests.
+  bool varying_variance = true;   // smooth gradient/bump plus per-exposure sky level
+  bool masked_holes = true;       // random masked holes
+  bool bad_column = true;         // a masked column that moves between exposures
+  bool variable_seeing = true;    // Gaussian PSF sigma in [psf_sigma_min, psf_sigma_max]
+  bool irregular_epochs = true;   // irregular epochs and exposure times (-> throughput, sky)
+  bool common_curve = true;       // quadratic-plus-periodic track c_e
+  bool inject = true;             // one source on a bank trajectory
+  bool noise = true;              // Gaussian noise (off: the injected source alone)
+  double psf_sigma_min = 1.0, psf_sigma_max = 1.65;
+  double injected_snr = 8;
+};
+
+// Named workloads of SPEC 3: dense, kbmod, deep, ci. Error for any other name.
+KitOptions workload(const std::string& name);
+const std::vector<std::string>& workload_names();
+
+struct Truth {
+  bool injected = false;
+  int x = 0, y = 0;              // origin at t_ref
+  std::int64_t velocity = -1;    // bank index
+  double vx = 0, vy = 0;
+  double flux = 0;               // f = snr / sqrt(B_true)
+  double B = 0;                  // B along the true trajectory, from the actual maps
+  double snr = 0;
+};
+
+struct KitStack {
+  ExposureStack stack;
+  MotionBank bank;
+  Truth truth;
+  KitOptions options;
+};
+
+KitStack make_kit(const KitOptions& options);
+
+// Gaussian PSF kernel of the given sigma, odd size covering +-ceil(4 sigma), normalized to 1.
+Image<float> gaussian_psf(double sigma);
+
+}  // namespace shiftstack

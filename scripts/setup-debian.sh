@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages shiftstack's build and tests need; safe to run again.
+# The CUDA toolkit is optional and not installed here: when nvcc is on the PATH (or in
+# /usr/local/cuda), CMake enables the GPU engines, otherwise it builds the CPU-only library.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libgtest-dev libcli11-dev libboost-math-dev nlohmann-json3-dev
+  libcfitsio-dev wcslib-dev libyaml-cpp-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  echo "installing: ${missing[*]}" >&2
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
