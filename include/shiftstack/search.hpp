@@ -67,6 +67,8 @@ struct EngineInfo {
   int preference = 0;  // higher = faster; "best available" picks the highest that is available
   std::function<std::unique_ptr<Engine>()> make;
   std::function<bool()> available;  // e.g. a CUDA device is present
+  // Arithmetic below FP32 (tensor-core FP16 operands): compared with SPEC 4's reduced tolerances.
+  bool reduced_arithmetic = false;
 };
 
 void register_engine(EngineInfo info);

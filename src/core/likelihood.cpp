@@ -1,0 +1,160 @@
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "shiftstack/error.hpp"
+#include "shiftstack/likelihood.hpp"
+
+namespace shiftstack {
+
+namespace {
+
+// A correlation kernel K over offsets d in [-rx, rx] x [-ry, ry]: out(x) = sum_d K(d) in(x + d),
+// with pixels outside the image contributing nothing. When K is an outer product (a Gaussian PSF,
+// and every product of shifted copies of one), the separable factors make it O(rx + ry) per pixel.
+struct Kernel {
+  int rx = 0, ry = 0;
+  std::vector<double> values;      // (2ry+1) rows of (2rx+1)
+  std::vector<double> row, column;  // K(dx, dy) = row[dx + rx] * column[dy + ry] when separable
+  bool separable = false;
+  double at(int dx, int dy) const { return values[std::size_t(dy + ry) * (2 * rx + 1) + dx + rx]; }
+};
+
+void detect_separable(Kernel& k) {
+  const int nx = 2 * k.rx + 1, ny = 2 * k.ry + 1;
+  std::vector<double> rows(ny, 0), cols(nx, 0);
+  double total = 0, peak = 0;
+  for (int j = 0; j < ny; ++j)
+    for (int i = 0; i < nx; ++i) {
+      const double v = k.values[std::size_t(j) * nx + i];
+      rows[j] += v;
+      cols[i] += v;
+      total += v;
+      peak = std::max(peak, std::abs(v));
+    }
+  if (total == 0 || peak == 0) return;
+  for (int j = 0; j < ny; ++j)
+    for (int i = 0; i < nx; ++i)
+      if (std::abs(k.values[std::size_t(j) * nx + i] - rows[j] * cols[i] / total) > 1e-9 * peak)
+        return;
+  k.column = rows;
+  k.row = cols;
+  for (double& c : k.column) c /= total;
+  k.separable = true;
+}
+
+// PSF P(d) with d = offset from the kernel centre.
+Kernel psf_kernel(const Image<float>& psf) {
+  Kernel k;
+  k.rx = psf.width / 2;
+  k.ry = psf.height / 2;
+  k.values.assign(psf.pixels.begin(), psf.pixels.end());
+  return k;
+}
+
+// K(d) = P(d - a) * P(d - b) over the union of both supports: Cov(psi(p + a), psi(p + b)) is the
+// correlation of w with this kernel evaluated at p.
+Kernel product_kernel(const Kernel& psf, int ax, int ay, int bx, int by) {
+  Kernel k;
+  k.rx = psf.rx + 1;
+  k.ry = psf.ry + 1;
+  k.values.assign(std::size_t(2 * k.rx + 1) * (2 * k.ry + 1), 0.0);
+  auto P = [&](int dx, int dy) {
+    return (std::abs(dx) <= psf.rx && std::abs(dy) <= psf.ry) ? psf.at(dx, dy) : 0.0;
+  };
+  for (int dy = -k.ry; dy <= k.ry; ++dy)
+    for (int dx = -k.rx; dx <= k.rx; ++dx)
+      k.values[std::size_t(dy + k.ry) * (2 * k.rx + 1) + dx + k.rx] =
+          P(dx - ax, dy - ay) * P(dx - bx, dy - by);
+  detect_separable(k);
+  return k;
+}
+
+void correlate(const std::vector<double>& in, int width, int height, const Kernel& k, float* out) {
+  if (k.separable) {
+    // Rows first into a double buffer, then columns.
+    std::vector<double> tmp(in.size(), 0.0);
+    for (int y = 0; y < height; ++y)
+      for (int x = 0; x < width; ++x) {
+        double sum = 0;
+        const int lo = std::max(-k.rx, -x), hi = std::min(k.rx, width - 1 - x);
+        for (int dx = lo; dx <= hi; ++dx) sum += k.row[dx + k.rx] * in[std::size_t(y) * width + x + dx];
+        tmp[std::size_t(y) * width + x] = sum;
+      }
+    for (int y = 0; y < height; ++y) {
+      const int lo = std::max(-k.ry, -y), hi = std::min(k.ry, height - 1 - y);
+      for (int x = 0; x < width; ++x) {
+        double sum = 0;
+        for (int dy = lo; dy <= hi; ++dy)
+          sum += k.column[dy + k.ry] * tmp[std::size_t(y + dy) * width + x];
+        out[std::size_t(y) * width + x] = float(sum);
+      }
+    }
+    return;
+  }
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x) {
+      double sum = 0;
+      for (int dy = std::max(-k.ry, -y); dy <= std::min(k.ry, height - 1 - y); ++dy)
+        for (int dx = std::max(-k.rx, -x); dx <= std::min(k.rx, width - 1 - x); ++dx)
+          sum += k.at(dx, dy) * in[std::size_t(y + dy) * width + x + dx];
+      out[std::size_t(y) * width + x] = float(sum);
+    }
+}
+
+}  // namespace
+
+LikelihoodStack compute_likelihood(const ExposureStack& stack, bool with_covariances) {
+  validate(stack);
+  LikelihoodStack out;
+  out.width = stack.width();
+  out.height = stack.height();
+  out.exposures = stack.size();
+  const std::size_t plane = out.plane_size(), total = plane * out.exposures;
+  out.psi.resize(total);
+  out.phi.resize(total);
+  if (with_covariances) {
+    out.cov_right.resize(total);
+    out.cov_down.resize(total);
+    out.cov_diag.resize(total);
+    out.cov_antidiag.resize(total);
+  }
+  for (const auto& x : stack.exposures) {
+    out.throughput.push_back(x.throughput);
+    out.epochs.push_back(x.epoch);
+  }
+
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int e = 0; e < out.exposures; ++e) {
+    const Exposure& x = stack.exposures[e];
+    // w = 1/V where unmasked; masked pixels get weight 0 and their (possibly NaN) science is unused.
+    std::vector<double> weight(plane), weighted_science(plane);
+    for (std::size_t p = 0; p < plane; ++p) {
+      const bool masked = !x.mask.empty() && x.mask.pixels[p];
+      weight[p] = masked ? 0.0 : 1.0 / double(x.variance.pixels[p]);
+      weighted_science[p] = masked ? 0.0 : double(x.science.pixels[p]) * weight[p];
+    }
+    Kernel psf = psf_kernel(x.psf);
+    detect_separable(psf);
+    Kernel psf_squared = psf;
+    for (double& v : psf_squared.values) v *= v;
+    for (double& v : psf_squared.row) v *= v;
+    for (double& v : psf_squared.column) v *= v;
+    const std::size_t offset = std::size_t(e) * plane;
+    correlate(weighted_science, out.width, out.height, psf, out.psi.data() + offset);
+    correlate(weight, out.width, out.height, psf_squared, out.phi.data() + offset);
+    if (with_covariances) {
+      correlate(weight, out.width, out.height, product_kernel(psf, 0, 0, 1, 0),
+                out.cov_right.data() + offset);
+      correlate(weight, out.width, out.height, product_kernel(psf, 0, 0, 0, 1),
+                out.cov_down.data() + offset);
+      correlate(weight, out.width, out.height, product_kernel(psf, 0, 0, 1, 1),
+                out.cov_diag.data() + offset);
+      correlate(weight, out.width, out.height, product_kernel(psf, 1, 0, 0, 1),
+                out.cov_antidiag.data() + offset);
+    }
+  }
+  return out;
+}
+
+}  // namespace shiftstack

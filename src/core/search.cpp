@@ -1,0 +1,111 @@
+#include <chrono>
+#include <unistd.h>
+
+#include "engine_registry.hpp"
+#include "shiftstack/error.hpp"
+#include "shiftstack/search.hpp"
+
+namespace shiftstack {
+
+namespace {
+std::vector<EngineInfo>& registry() {
+  static std::vector<EngineInfo> list;
+  return list;
+}
+}  // namespace
+
+void register_engine(EngineInfo info) {
+  for (const auto& e : registry())
+    require(e.name != info.name, "engine '" + info.name + "' registered twice");
+  if (!info.available) info.available = [] { return true; };
+  registry().push_back(std::move(info));
+}
+
+const std::vector<EngineInfo>& engines() {
+  static const bool registered = [] {
+    register_cpu_engines();
+#ifdef SHIFTSTACK_HAVE_CUDA
+    register_cuda_engines();
+#endif
+    return true;
+  }();
+  (void)registered;
+  return registry();
+}
+
+std::unique_ptr<Engine> make_engine(const std::string& name) {
+  std::string known;
+  for (const auto& e : engines()) {
+    if (e.name == name) {
+      require(e.available(), "engine '" + name + "' is not available here (no CUDA device?)");
+      return e.make();
+    }
+    known += (known.empty() ? "" : ", ") + e.name;
+  }
+  throw Error("unknown engine '" + name + "' (known: " + known + ")");
+}
+
+std::string best_available_engine() {
+  const EngineInfo* best = nullptr;
+  for (const auto& e : engines())
+    if (e.available() && (!best || e.preference > best->preference)) best = &e;
+  require(best != nullptr, "no engine available");
+  return best->name;
+}
+
+Region resolve(const Region& region, int image_width, int image_height) {
+  Region r = region;
+  if (r.width == 0) r.width = image_width - r.x0;
+  if (r.height == 0) r.height = image_height - r.y0;
+  require(r.x0 >= 0 && r.y0 >= 0 && r.width > 0 && r.height > 0 && r.x0 + r.width <= image_width &&
+              r.y0 + r.height <= image_height,
+          "search region x0=" + std::to_string(r.x0) + " y0=" + std::to_string(r.y0) +
+              " width=" + std::to_string(r.width) + " height=" + std::to_string(r.height) +
+              " is not inside the " + std::to_string(image_width) + "x" +
+              std::to_string(image_height) + " image");
+  return r;
+}
+
+double digest_threshold(const SearchInput& input) {
+  return bonferroni_threshold(input.policy.alpha,
+                              double(input.region.count()) * double(input.bank->size()));
+}
+
+bool better_candidate(const Candidate& a, const Candidate& b) {
+  if (a.Z != b.Z) return a.Z > b.Z;
+  if (a.velocity != b.velocity) return a.velocity < b.velocity;
+  if (a.y != b.y) return a.y < b.y;
+  return a.x < b.x;
+}
+
+SearchResult search(Engine& engine, const EncodedStack& stack, const MotionBank& bank,
+                    const OutputPolicy& policy, Region region) {
+  require(stack.exposures > 0, "search: empty stack");
+  validate(bank, stack.exposures);
+  require(bank.mode == ShiftMode::integer || !stack.cov_right.empty(),
+          "fractional shifts need the covariance planes: compute the likelihood with covariances");
+  require(policy.top_k >= 0, "top_k must be >= 0");
+  require(policy.max_candidates > 0, "max_candidates must be > 0");
+  SearchInput input{&stack, &bank, resolve(region, stack.width, stack.height), policy};
+
+  // Outputs that scale with origins x k must fit in memory: say so before allocating.
+  const double topk_bytes = double(input.region.count()) * policy.top_k * sizeof(Candidate);
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  require(topk_bytes < 0.5 * memory,
+          "top-k output of " + std::to_string(policy.top_k) + " per origin needs " +
+              std::to_string(topk_bytes / 1e9) + " GB, more than half this machine's memory");
+
+  const std::string reason = engine.unsupported_reason(input);
+  require(reason.empty(), "engine '" + engine.name() + "' cannot compute this search: " + reason);
+  const auto start = std::chrono::steady_clock::now();
+  SearchResult result = engine.search(input);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.engine = engine.name();
+  if (result.seconds == 0) result.seconds = elapsed;
+  result.digest.trials = input.region.count() * std::int64_t(bank.size());
+  result.digest.z_thr = digest_threshold(input);
+  return result;
+}
+
+}  // namespace shiftstack
