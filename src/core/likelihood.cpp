@@ -72,23 +72,27 @@ Kernel product_kernel(const Kernel& psf, int ax, int ay, int bx, int by) {
 
 void correlate(const std::vector<double>& in, int width, int height, const Kernel& k, float* out) {
   if (k.separable) {
-    // Rows first into a double buffer, then columns.
-    std::vector<double> tmp(in.size(), 0.0);
-    for (int y = 0; y < height; ++y)
-      for (int x = 0; x < width; ++x) {
-        double sum = 0;
-        const int lo = std::max(-k.rx, -x), hi = std::min(k.rx, width - 1 - x);
-        for (int dx = lo; dx <= hi; ++dx) sum += k.row[dx + k.rx] * in[std::size_t(y) * width + x + dx];
-        tmp[std::size_t(y) * width + x] = sum;
-      }
+    // Rows first into a double buffer, then columns. Each pass adds one tap at a time over a
+    // contiguous run of pixels, so the inner loops vectorize.
+    std::vector<double> tmp(in.size(), 0.0), column_sum(width);
     for (int y = 0; y < height; ++y) {
-      const int lo = std::max(-k.ry, -y), hi = std::min(k.ry, height - 1 - y);
-      for (int x = 0; x < width; ++x) {
-        double sum = 0;
-        for (int dy = lo; dy <= hi; ++dy)
-          sum += k.column[dy + k.ry] * tmp[std::size_t(y + dy) * width + x];
-        out[std::size_t(y) * width + x] = float(sum);
+      const double* src = in.data() + std::size_t(y) * width;
+      double* dst = tmp.data() + std::size_t(y) * width;
+      for (int dx = -k.rx; dx <= k.rx; ++dx) {
+        const double c = k.row[dx + k.rx];
+        const int x_lo = std::max(0, -dx), x_hi = std::min(width, width - dx);
+        for (int x = x_lo; x < x_hi; ++x) dst[x] += c * src[x + dx];
       }
+    }
+    for (int y = 0; y < height; ++y) {
+      std::fill(column_sum.begin(), column_sum.end(), 0.0);
+      for (int dy = std::max(-k.ry, -y); dy <= std::min(k.ry, height - 1 - y); ++dy) {
+        const double c = k.column[dy + k.ry];
+        const double* src = tmp.data() + std::size_t(y + dy) * width;
+        for (int x = 0; x < width; ++x) column_sum[x] += c * src[x];
+      }
+      float* dst = out + std::size_t(y) * width;
+      for (int x = 0; x < width; ++x) dst[x] = float(column_sum[x]);
     }
     return;
   }
