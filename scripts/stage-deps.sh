@@ -24,5 +24,6 @@ if [ -f /usr/include/fitsio.h ] && [ -f /usr/lib/x86_64-linux-gnu/libcfitsio.a ]
   cp -r /usr/include/yaml-cpp "$dest/include/"
   cp /usr/lib/x86_64-linux-gnu/libcfitsio.a /usr/lib/x86_64-linux-gnu/libwcs.a \
      /usr/lib/x86_64-linux-gnu/libyaml-cpp.a "$dest/lib/"
+  cp /usr/lib/x86_64-linux-gnu/libz.a /usr/lib/x86_64-linux-gnu/libbz2.a "$dest/lib/"  # libcfitsio.a needs them
 fi
 du -sh "$dest"

@@ -1,0 +1,327 @@
+// `shiftstack bench`: median time per complete scan of chosen engines and encodings on a kit
+// workload (or a custom shape), paired samples per second, the digest, and agreement with a
+// baseline engine under SPEC 4's tolerances. Optionally writes one JSON record per combination.
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "options.hpp"
+#include "progress.hpp"
+#include "run_info.hpp"
+#include "shiftstack/error.hpp"
+#include "shiftstack/likelihood.hpp"
+
+namespace shiftstack::cli {
+
+namespace {
+
+struct BenchOptions {
+  std::string workload = "ci";
+  std::vector<std::string> engines;    // empty: the best available; "all": every engine
+  std::vector<std::string> encodings;  // empty: fp32; "all": every encoding
+  std::string shifts = "integer";
+  int runs = 5, warmup = 1;
+  std::string baseline;  // empty: by workload (see default_baseline); "none": no comparison
+  std::string json_file;
+  std::uint64_t seed = 1;
+  // Custom shape: each nonzero value overrides the workload's.
+  int exposures = 0, width = 0, height = 0, vx = 0, vy = 0;
+};
+
+bool is_custom(const BenchOptions& o) { return o.exposures || o.width || o.height || o.vx || o.vy; }
+
+const EngineInfo* find_engine(const std::string& name) {
+  for (const auto& info : engines())
+    if (info.name == name) return &info;
+  return nullptr;
+}
+
+bool available(const std::string& name) {
+  const EngineInfo* info = find_engine(name);
+  return info && info->available();
+}
+
+// The reference is exact but slow, so it is the default only on the small `ci` workload.
+std::string default_baseline(const BenchOptions& o) {
+  if (o.workload == "ci" && !is_custom(o)) return "reference";
+  if (available("cuda-serial")) return "cuda-serial";
+  return "cpu";
+}
+
+// Expands "all" and removes repeats, keeping the order given.
+std::vector<std::string> expand(const std::vector<std::string>& given, const std::vector<std::string>& every,
+                                const std::string& fallback) {
+  std::vector<std::string> out;
+  auto push = [&](const std::string& name) {
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  };
+  if (given.empty()) push(fallback);
+  for (const auto& name : given) {
+    if (name == "all")
+      for (const auto& each : every) push(each);
+    else
+      push(name);
+  }
+  return out;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+bool same_digest(const Digest& a, const Digest& b) {
+  return a.sumA == b.sumA && a.sumB == b.sumB && a.maxZ == b.maxZ && a.count == b.count &&
+         a.scored == b.scored && a.argmax_x == b.argmax_x && a.argmax_y == b.argmax_y &&
+         a.argmax_velocity == b.argmax_velocity;
+}
+
+// Writes the file whole or not at all: a temporary file in the same folder, then a rename.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path) : path_(std::move(path)), temp_(path_ + ".tmp." + std::to_string(getpid())) {
+    std::ofstream probe(temp_);
+    require(bool(probe), "--json " + path_ + ": cannot create a file there (" + std::strerror(errno) + ")");
+  }
+  ~AtomicFile() {
+    if (!committed_) std::remove(temp_.c_str());
+  }
+  void commit(const std::string& text) {
+    {
+      std::ofstream out(temp_, std::ios::trunc);
+      out << text;
+      out.flush();
+      require(bool(out), "--json " + path_ + ": write failed");
+    }
+    require(std::rename(temp_.c_str(), path_.c_str()) == 0,
+            "--json " + path_ + ": cannot replace the file (" + std::strerror(errno) + ")");
+    committed_ = true;
+  }
+
+ private:
+  std::string path_, temp_;
+  bool committed_ = false;
+};
+
+struct Baseline {
+  std::string engine;
+  Digest digest;
+  std::int64_t near_threshold = 0;  // trials within the fp32 count band of z_thr
+};
+
+Baseline run_baseline(const std::string& name, const EncodedStack& stack, const MotionBank& bank,
+                      Progress& progress) {
+  progress.show("bench: baseline " + name + " on fp32");
+  auto engine = make_engine(name);
+  OutputPolicy policy;
+  const double z_thr = bonferroni_threshold(policy.alpha, double(stack.width) * stack.height * bank.size());
+  const double band = DigestTolerance::fp32().count_band;
+  policy.collect_candidates = true;
+  policy.candidate_threshold = z_thr - band;
+  const SearchResult r = search(*engine, stack, bank, policy);
+  Baseline b{name, r.digest, 0};
+  for (const Candidate& c : r.candidates)
+    if (std::abs(double(c.Z) - r.digest.z_thr) <= band) ++b.near_threshold;
+  return b;
+}
+
+void run_bench(const BenchOptions& o) {
+  Progress progress;
+  KitOptions kit_options = workload(o.workload);
+  kit_options.seed = o.seed;
+  kit_options.shift_mode = shift_modes().at(o.shifts);
+  if (o.exposures) kit_options.exposures = o.exposures;
+  if (o.width) kit_options.width = o.width;
+  if (o.height) kit_options.height = o.height;
+  if (o.vx) kit_options.vx_count = o.vx;
+  if (o.vy) kit_options.vy_count = o.vy;
+  const std::string workload_label = is_custom(o) ? "custom" : o.workload;
+  if (is_custom(o)) kit_options.name = "custom";
+
+  const std::vector<std::string> engine_list = expand(o.engines, engine_names(), best_available_engine());
+  const std::vector<std::string> encoding_list = expand(o.encodings, encoding_names(), "fp32");
+  const std::string baseline_name = o.baseline.empty() ? default_baseline(o) : o.baseline;
+  if (baseline_name != "none")
+    require(available(baseline_name), "--baseline " + baseline_name + ": engine is not available here");
+  std::unique_ptr<AtomicFile> json_out;
+  if (!o.json_file.empty()) json_out = std::make_unique<AtomicFile>(o.json_file);
+
+  progress.show("bench: making the " + workload_label + " stack");
+  const KitStack kit = make_kit(kit_options);
+  progress.show("bench: likelihood maps");
+  const LikelihoodStack likelihood =
+      compute_likelihood(kit.stack, kit_options.shift_mode == ShiftMode::fractional);
+  std::map<std::string, EncodedStack> encoded;
+  auto stack_for = [&](const std::string& encoding) -> const EncodedStack& {
+    auto it = encoded.find(encoding);
+    if (it == encoded.end()) it = encoded.emplace(encoding, encode(likelihood, parse_encoding(encoding))).first;
+    return it->second;
+  };
+
+  const std::size_t V = kit.bank.size();
+  const double paired_samples = double(kit_options.width) * kit_options.height * double(V) * kit_options.exposures;
+  std::printf("shiftstack bench: workload %s (%d exposures, %dx%d pixels, %dx%d = %zu velocities, "
+              "%.4g paired samples per scan), %s shifts, seed %llu, %d threads\n",
+              workload_label.c_str(), kit_options.exposures, kit_options.width, kit_options.height,
+              kit_options.vx_count, kit_options.vy_count, V, paired_samples, o.shifts.c_str(),
+              static_cast<unsigned long long>(o.seed), omp_get_max_threads());
+
+  std::unique_ptr<Baseline> baseline;
+  if (baseline_name != "none") {
+    baseline = std::make_unique<Baseline>(run_baseline(baseline_name, stack_for("fp32"), kit.bank, progress));
+    progress.clear();
+    std::printf("baseline %s on fp32: %s\n", baseline_name.c_str(), describe(baseline->digest).c_str());
+  }
+  std::printf("%-14s %-8s %10s %10s %10s %12s %9s %7s %s\n", "engine", "encoding", "median s", "min s",
+              "max s", "samples/s", "maxZ", "count", "agrees");
+
+  const std::string commit = commit_id(), date = utc_now();
+  nlohmann::json records = nlohmann::json::array();
+  for (const std::string& engine_name : engine_list) {
+    const EngineInfo& info = *find_engine(engine_name);
+    for (const std::string& encoding : encoding_list) {
+      nlohmann::json record = {
+          {"engine", engine_name},
+          {"workload", workload_label},
+          {"base_workload", o.workload},
+          {"encoding", encoding},
+          {"shifts", o.shifts},
+          {"shape",
+           {{"exposures", kit_options.exposures},
+            {"width", kit_options.width},
+            {"height", kit_options.height},
+            {"vx", kit_options.vx_count},
+            {"vy", kit_options.vy_count},
+            {"velocities", V}}},
+          {"paired_samples", paired_samples},
+          {"seed", o.seed},
+          {"runs", o.runs},
+          {"warmup", o.warmup},
+          {"threads", omp_get_max_threads()},
+          {"card", machine_name(info.gpu)},
+          {"commit", commit},
+          {"date", date},
+      };
+      auto skip = [&](const std::string& reason) {
+        record["skipped"] = reason;
+        records.push_back(record);
+        progress.clear();
+        std::printf("%-14s %-8s skipped: %s\n", engine_name.c_str(), encoding.c_str(), reason.c_str());
+      };
+      if (!info.available()) {
+        skip("not available here (no CUDA device?)");
+        continue;
+      }
+      const EncodedStack& stack = stack_for(encoding);
+      auto engine = info.make();
+      const OutputPolicy policy;
+      const SearchInput probe{&stack, &kit.bank, resolve({}, stack.width, stack.height), policy};
+      const std::string reason = engine->unsupported_reason(probe);
+      if (!reason.empty()) {
+        skip(reason);
+        continue;
+      }
+
+      std::vector<double> seconds;
+      Digest digest;
+      bool deterministic = true;
+      for (int run = 0; run < o.warmup + o.runs; ++run) {
+        const bool timed = run >= o.warmup;
+        progress.show("bench: " + engine_name + " " + encoding + (timed ? " run " : " warm-up ") +
+                      std::to_string(timed ? run - o.warmup + 1 : run + 1) + "/" +
+                      std::to_string(timed ? o.runs : o.warmup));
+        const SearchResult r = search(*engine, stack, kit.bank, policy);
+        if (run > 0 && !same_digest(r.digest, digest)) deterministic = false;
+        digest = r.digest;
+        if (timed) seconds.push_back(r.seconds);
+      }
+      progress.clear();
+      const double t = median(seconds);
+      record["seconds_median"] = t;
+      record["seconds_min"] = *std::min_element(seconds.begin(), seconds.end());
+      record["seconds_max"] = *std::max_element(seconds.begin(), seconds.end());
+      record["samples_per_second"] = paired_samples / t;
+      record["digest"] = nlohmann::json::parse(to_json(digest));
+      record["deterministic"] = deterministic;
+
+      std::string agrees = "-";
+      record["agrees"] = nullptr;
+      if (baseline) {
+        const bool reduced = encoding != "fp32" || info.reduced_arithmetic;
+        const DigestTolerance tol = reduced ? DigestTolerance::reduced() : DigestTolerance::fp32();
+        const DigestComparison cmp = compare(baseline->digest, digest, tol, baseline->near_threshold);
+        record["agrees"] = cmp.agrees;
+        record["baseline"] = baseline->engine;
+        record["baseline_encoding"] = "fp32";
+        record["tolerance"] = reduced ? "reduced" : "fp32";
+        record["comparison"] = {{"rel_sumA", cmp.rel_sumA},
+                                {"rel_sumB", cmp.rel_sumB},
+                                {"d_maxZ", cmp.d_maxZ},
+                                {"d_count", cmp.d_count},
+                                {"failures", cmp.failures}};
+        agrees = cmp.agrees ? "yes" : "NO: " + cmp.failures.front();
+      }
+      if (!deterministic) agrees += " (digest changed between runs)";
+      records.push_back(record);
+      std::printf("%-14s %-8s %10.4g %10.4g %10.4g %12.4g %9.4f %7lld %s\n", engine_name.c_str(),
+                  encoding.c_str(), t, record["seconds_min"].get<double>(),
+                  record["seconds_max"].get<double>(), paired_samples / t, digest.maxZ,
+                  static_cast<long long>(digest.count), agrees.c_str());
+      std::fflush(stdout);
+    }
+  }
+  if (json_out) {
+    json_out->commit(records.dump(2) + "\n");
+    std::printf("wrote %zu records to %s\n", records.size(), o.json_file.c_str());
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Time complete scans of engines x encodings on a kit workload; check them against a baseline");
+  bench->add_option("--workload", o->workload, "Named workload of the benchmark kit")
+      ->check(one_of(workload_names()))
+      ->capture_default_str();
+  bench->add_option("--engine", o->engines, "Engine to time (repeatable, or 'all'; default: best available)")
+      ->check(one_of(engine_names(), {"all"}));
+  bench->add_option("--encoding", o->encodings, "Storage encoding (repeatable, or 'all'; default: fp32)")
+      ->check(one_of(encoding_names(), {"all"}));
+  bench->add_option("--shifts", o->shifts, "Trajectory sampling: nearest pixel or bilinear")
+      ->check(one_of(shift_mode_names()))
+      ->capture_default_str();
+  bench->add_option("--runs", o->runs, "Timed runs per combination (the median is reported)")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  bench->add_option("--warmup", o->warmup, "Untimed runs before the timed ones")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  bench->add_option("--baseline", o->baseline,
+                    "Engine whose fp32 digest the others must match, or 'none' (default: reference on "
+                    "ci, else cuda-serial where available, else cpu)")
+      ->check(one_of(engine_names(), {"none"}));
+  bench->add_option("--json", o->json_file, "Write the records as a JSON array to this file");
+  bench->add_option("--seed", o->seed, "Seed of the synthetic stack")->capture_default_str();
+  bench->add_option("--exposures", o->exposures, "Custom shape: number of exposures")->check(CLI::PositiveNumber);
+  bench->add_option("--width", o->width, "Custom shape: image width (pixels)")->check(CLI::PositiveNumber);
+  bench->add_option("--height", o->height, "Custom shape: image height (pixels)")->check(CLI::PositiveNumber);
+  bench->add_option("--vx", o->vx, "Custom shape: velocities along x")->check(CLI::PositiveNumber);
+  bench->add_option("--vy", o->vy, "Custom shape: velocities along y")->check(CLI::PositiveNumber);
+  bench->callback([o] { run_bench(*o); });
+}
+
+}  // namespace shiftstack::cli

@@ -1,0 +1,292 @@
+// `shiftstack validate`: sensitivity validation of one engine x encoding against the FP32 exact
+// gather (SPEC 7), the quantization table (SPEC 5), the fractional-shift normalization study
+// (SPEC 2) and a summary across saved reports.
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "commands.hpp"
+#include "shiftstack/error.hpp"
+#include "shiftstack/search.hpp"
+#include "shiftstack/validation.hpp"
+
+namespace shiftstack::cli {
+
+namespace {
+
+struct ValidateArgs {
+  std::vector<std::string> engines = {"reference"};
+  std::vector<std::string> encodings = {"fp32"};
+  std::string baseline = "reference";
+  std::string workload = "ci";
+  std::string shift_mode = "integer";
+  int pairs = 16;
+  std::uint64_t seed = 1;
+  int bootstrap = 2000;
+  std::vector<double> snr_grid = {3, 4, 4.5, 5, 5.5, 6, 7, 8};
+  double matched_z = 5;
+  double near_fwhm = 1;
+  int null_window = 0;
+  std::string out;
+  std::string card, commit;
+  std::size_t quantization_samples = 1 << 20;
+  bool skip_quantization = false;
+  bool verbose = false;
+  bool list_engines = false;
+  // fractional study
+  bool fractional_study = false;
+  std::vector<double> sigmas = {0.55, 0.65, 0.85};
+  int cubes = 8;
+  bool fourier = false;
+  int width = 0, height = 0, exposures = 0, velocities = 0;  // workload overrides (0 = keep)
+  // summary
+  std::vector<std::string> summarize;
+};
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// First line of a command's output, or empty.
+std::string first_line_of(const char* command) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command, "r"), pclose);
+  if (!pipe) return {};
+  char buf[256];
+  std::string line;
+  if (std::fgets(buf, sizeof buf, pipe.get())) line = buf;
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  return line;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  return "unknown CPU";
+}
+
+Provenance provenance(const ValidateArgs& a, const std::string& command) {
+  Provenance p;
+  bool gpu = false;
+  for (const auto& e : engines())
+    for (const auto& name : a.engines) gpu |= e.name == name && e.gpu;
+  p.card = !a.card.empty() ? a.card : gpu ? "GPU (name not given: pass --card)" : cpu_model();
+  p.commit = !a.commit.empty() ? a.commit : first_line_of("git describe --always --dirty 2>/dev/null");
+  if (p.commit.empty()) p.commit = "unknown";
+  p.date = utc_now();
+  p.command = command;
+  return p;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  require(bool(out), "cannot write '" + path + "'");
+  out << text;
+  require(bool(out), "error while writing '" + path + "'");
+}
+
+std::string join(const std::vector<double>& values) {
+  std::ostringstream s;
+  for (std::size_t i = 0; i < values.size(); ++i) s << (i ? "," : "") << values[i];
+  return s.str();
+}
+
+void ensure_folder(const std::string& folder) {
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  require(!ec && std::filesystem::is_directory(folder), "cannot create output folder '" + folder + "'");
+}
+
+void run(const ValidateArgs& a) {
+  if (a.list_engines) {
+    for (const auto& info : engines())
+      std::cout << info.name << (info.gpu ? "  gpu" : "  cpu") << (info.available() ? "  available" : "  unavailable")
+                << "  " << info.description << "\n";
+    return;
+  }
+  if (!a.summarize.empty()) {
+    const std::string folder = a.out.empty() ? "." : a.out;
+    const std::string table = summarize_reports(a.summarize, folder);
+    std::cout << table;
+    write_text(folder + "/summary.txt", table);
+    std::cerr << "wrote " << folder << "/summary.txt, summary_retention.svg, summary_null_variance.svg\n";
+    return;
+  }
+  require(a.shift_mode == "integer" || a.shift_mode == "fractional",
+          "--shift-mode must be integer or fractional, got '" + a.shift_mode + "'");
+  KitOptions kit = workload(a.workload);
+  if (a.width > 0) kit.width = a.width;
+  if (a.height > 0) kit.height = a.height;
+  if (a.exposures > 0) kit.exposures = a.exposures;
+  if (a.velocities > 0) kit.vx_count = kit.vy_count = a.velocities;
+  kit.shift_mode = a.shift_mode == "integer" ? ShiftMode::integer : ShiftMode::fractional;
+
+  if (a.fractional_study) {
+    FractionalOptions f;
+    require(a.engines.size() == 1, "--fractional-study takes one engine");
+    f.engine = a.engines.front();
+    f.kit = kit;
+    f.psf_sigmas = a.sigmas;
+    f.cubes = a.cubes;
+    f.seed = a.seed;
+    f.near_mask_fwhm = a.near_fwhm;
+    f.fourier = a.fourier;
+    f.verbose = a.verbose;
+    const std::string command = "shiftstack validate --fractional-study --engine " + a.engines.front() + " --workload " +
+                                a.workload + " --sigmas " + join(a.sigmas) + " --cubes " + std::to_string(a.cubes) +
+                                " --seed " + std::to_string(a.seed) + (a.fourier ? " --fourier" : "") +
+                                " --width " + std::to_string(kit.width) + " --height " + std::to_string(kit.height) +
+                                " --exposures " + std::to_string(kit.exposures) + " --velocities " +
+                                std::to_string(kit.vx_count);
+    const FractionalReport report = run_fractional_study(f);
+    std::cout << format_table(report);
+    if (!a.out.empty()) {
+      ensure_folder(a.out);
+      const Provenance p = provenance(a, command);
+      write_text(a.out + "/fractional.json", to_json(report, p));
+      write_plots(report, p, a.out);
+      std::cerr << "wrote " << a.out << "/fractional.json and fractional_variance.svg\n";
+    }
+    return;
+  }
+
+  ValidationOptions o;
+  o.baseline_engine = a.baseline;
+  o.kit = kit;
+  o.pairs = a.pairs;
+  o.seed = a.seed;
+  o.bootstrap_resamples = a.bootstrap;
+  o.completeness_snr = a.snr_grid;
+  o.matched_z = a.matched_z;
+  o.near_mask_fwhm = a.near_fwhm;
+  o.null_window = a.null_window;
+  o.verbose = a.verbose;
+  validate(o);
+  // "gpu" and "all" stand for every available GPU engine / every available engine.
+  std::vector<std::string> engine_list;
+  for (const auto& name : a.engines) {
+    if (name != "gpu" && name != "all") {
+      engine_list.push_back(name);
+      continue;
+    }
+    for (const auto& info : engines())
+      if ((name == "all" || info.gpu) && info.available()) engine_list.push_back(info.name);
+  }
+  require(!engine_list.empty(), "validate: no engine selected (no GPU engine available here?)");
+  // Fail on an unknown or unavailable engine or encoding before any cube is made.
+  std::vector<MethodSpec> methods;
+  for (const auto& engine : engine_list) {
+    make_engine(engine);
+    for (const auto& encoding : a.encodings) methods.push_back({engine, parse_encoding(encoding)});
+  }
+  make_engine(o.baseline_engine);
+  std::string listed_engines, listed_encodings;
+  for (const auto& e : engine_list) listed_engines += (listed_engines.empty() ? "" : ",") + e;
+  for (const auto& e : a.encodings) listed_encodings += (listed_encodings.empty() ? "" : ",") + e;
+  const std::string command = "shiftstack validate --engine " + listed_engines + " --encoding " + listed_encodings +
+                              " --baseline " + a.baseline + " --workload " + a.workload + " --shift-mode " +
+                              a.shift_mode + " --pairs " + std::to_string(a.pairs) + " --seed " +
+                              std::to_string(a.seed) +
+                              (a.null_window > 0 ? " --null-window " + std::to_string(a.null_window) : "") +
+                              (a.width > 0 ? " --width " + std::to_string(a.width) : "") +
+                              (a.height > 0 ? " --height " + std::to_string(a.height) : "") +
+                              (a.exposures > 0 ? " --exposures " + std::to_string(a.exposures) : "") +
+                              (a.velocities > 0 ? " --velocities " + std::to_string(a.velocities) : "");
+
+  std::vector<std::string> skipped;
+  const std::vector<ValidationReport> reports = run_validation_set(o, methods, &skipped);
+  std::vector<QuantizationRow> quantization;
+  if (!a.skip_quantization) quantization = quantization_table(a.quantization_samples, 8, a.seed, kit);
+  const Provenance p = provenance(a, command);
+  for (const auto& report : reports) {
+    std::cout << format_table(report) << "\n";
+    if (a.out.empty()) continue;
+    // Fractional runs get their own folders beside the integer ones.
+    const std::string folder = a.out + "/" + report.options.engine + "-" + to_string(report.options.encoding) +
+                               (kit.shift_mode == ShiftMode::fractional ? "-fractional" : "");
+    ensure_folder(folder);
+    write_text(folder + "/report.json", to_json(report, quantization, p));
+    write_text(folder + "/report.txt", format_table(report) + (quantization.empty() ? "" : format_table(quantization)));
+    write_plots(report, p, folder);
+    std::cerr << "wrote " << folder << "/report.json, report.txt, retention.svg, null_variance.svg, excursions.svg, "
+                 "completeness.svg\n";
+  }
+  if (!quantization.empty()) std::cout << format_table(quantization);
+  for (const auto& line : skipped) std::cout << "not supported, skipped: " << line << "\n";
+}
+
+}  // namespace
+
+void add_validate_command(CLI::App& app) {
+  auto args = std::make_shared<ValidateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "validate",
+      "Sensitivity validation (SPEC 7): SNR retention vs the FP32 exact gather on paired null/injection cubes, "
+      "null variance and excursions near/away from masks, completeness at matched false alarms, the quantization "
+      "table; or --fractional-study, or --summarize saved reports");
+  cmd->add_option("--engine", args->engines,
+                  "engine(s) under test, comma-separated (gpu = every available GPU engine, all = every "
+                  "available engine); all run on the same cubes against one baseline run")
+      ->delimiter(',');
+  cmd->add_option("--encoding", args->encodings, "storage encoding(s): fp32, fp16, int8, comma-separated")
+      ->delimiter(',');
+  cmd->add_option("--baseline", args->baseline,
+                  "the FP32 exact gather to compare with, on fp32 storage (reference, cpu, or a GPU gather)")
+      ->capture_default_str();
+  cmd->add_option("--pairs", args->pairs, "paired null/injection cubes")->capture_default_str();
+  cmd->add_option("--workload", args->workload, "named workload (dense, kbmod, deep, ci)")->capture_default_str();
+  cmd->add_option("--shift-mode", args->shift_mode, "integer or fractional")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "first kit seed (pair j uses seed + j)")->capture_default_str();
+  cmd->add_option("--bootstrap", args->bootstrap, "bootstrap resamples for the retention interval")
+      ->capture_default_str();
+  cmd->add_option("--snr-grid", args->snr_grid, "injected SNRs of the completeness curve")->delimiter(',');
+  cmd->add_option("--matched-z", args->matched_z,
+                  "false-alarm budget: baseline null trials above this z; every method gets the same count")
+      ->capture_default_str();
+  cmd->add_option("--near-fwhm", args->near_fwhm,
+                  "a trial is near a mask when a sample is within this many PSF FWHM of a masked pixel or the edge")
+      ->capture_default_str();
+  cmd->add_option("--out", args->out,
+                  "folder; each method's report.json, report.txt and SVG plots go to <out>/<engine>-<encoding>/ "
+                  "(-fractional appended for fractional shifts); the fractional study writes fractional.json and "
+                  "fractional_variance.svg into <out>");
+  cmd->add_option("--null-window", args->null_window,
+                  "null bank = origins in a random square of this side per cube (0 = whole image)")
+      ->capture_default_str();
+  cmd->add_option("--card", args->card, "hardware name for the report (default: the CPU model for CPU engines)");
+  cmd->add_option("--commit", args->commit, "source revision for the report (default: git describe)");
+  cmd->add_option("--quantization-samples", args->quantization_samples,
+                  "unit-normal draws per batch (8 batches) for the quantization table")
+      ->capture_default_str();
+  cmd->add_flag("--no-quantization", args->skip_quantization, "skip the quantization table");
+  cmd->add_flag("--fractional-study", args->fractional_study,
+                "instead: null variance of fractional shifts, exact vs naive normalization, per PSF sigma");
+  cmd->add_option("--sigmas", args->sigmas, "PSF sigmas of the fractional study (px)")->delimiter(',');
+  cmd->add_option("--cubes", args->cubes, "null cubes per PSF sigma in the fractional study")->capture_default_str();
+  cmd->add_flag("--fourier", args->fourier,
+                "fractional study: also the band-limited (Fourier-shift) route, exact and naive (small cubes)");
+  cmd->add_option("--width", args->width, "override the workload's image width");
+  cmd->add_option("--height", args->height, "override the workload's image height");
+  cmd->add_option("--exposures", args->exposures, "override the workload's exposure count");
+  cmd->add_option("--velocities", args->velocities, "override the workload's velocity grid (n x n)");
+  cmd->add_option("--summarize", args->summarize, "instead: summarize these report.json files (plots into --out)");
+  cmd->add_flag("-v,--verbose", args->verbose, "progress on stderr");
+  cmd->add_flag("--list-engines", args->list_engines, "list the registered engines and exit");
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace shiftstack::cli

@@ -1,0 +1,76 @@
+// The search pipeline end to end: files -> ExposureStack -> likelihood -> encoding -> engine
+// -> filtering -> clustering -> stamps and sky positions -> result files. `shiftstack search`
+// is a thin layer over run_search() and write_outputs().
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shiftstack/io/config.hpp"
+#include "shiftstack/io/fits.hpp"
+#include "shiftstack/io/results.hpp"
+#include "shiftstack/pipeline.hpp"
+#include "shiftstack/search.hpp"
+
+namespace shiftstack::io {
+
+struct StageTime {
+  std::string name;
+  double seconds = 0;
+  std::string detail;
+};
+
+struct RunOptions {
+  std::vector<std::string> inputs;          // files, directories, globs, @lists
+  std::string engine;                       // non-empty: overrides the config's engine
+  std::optional<Encoding> encoding;         // overrides encode_num_bytes
+  // Called after each stage (the CLI prints to stderr); may be empty.
+  std::function<void(const StageTime&)> progress;
+};
+
+struct RunOutput {
+  std::vector<std::string> files;
+  LoadedStack loaded;        // the exposures (sorted by epoch), their metadata and WCS
+  MotionBank bank;
+  std::string engine;
+  Encoding encoding = Encoding::fp32;
+  Digest digest;             // of the whole search (SPEC 4)
+  std::int64_t threshold_crossings = 0;  // candidates the engine returned (Z > lh_level)
+  FilterStats filter;
+  std::int64_t before_clustering = 0;
+  std::vector<Detection> detections;     // best first
+  // stamps[k][i]: coadd k (in coadd_types order) of detection i.
+  std::vector<CoaddType> coadd_types;
+  std::vector<std::vector<Image<float>>> stamps;
+  bool have_sky = false;
+  std::vector<SkyPosition> sky_first, sky_last;  // per detection; NaN where no WCS
+  std::vector<StageTime> stages;
+  std::vector<std::string> warnings;
+};
+
+// Reads the inputs and runs everything up to the results (no files written).
+RunOutput run_search(const SearchConfig& config, const RunOptions& options);
+// The same from exposures already in memory (curve offsets and WCS may be empty).
+RunOutput run_search(const SearchConfig& config, LoadedStack loaded, const RunOptions& options);
+
+// The results table: KBMOD's columns (x, y, vx, vy, likelihood, flux, obs_count, uuid,
+// psi_curve, phi_curve, obs_valid, stamp, coadd_<type>) plus ra/dec at the first and last epoch.
+ResultTable make_result_table(const RunOutput& run, const SearchConfig& config);
+
+struct OutputPaths {
+  std::string ecsv, fits, stamps, summary;  // empty: not written
+  // From -o NAME.ecsv: NAME.ecsv, NAME.fits, NAME.stamps.fits, NAME.summary.json.
+  static OutputPaths from(const std::string& output);
+};
+
+// Writes every requested file (atomically) and appends a "write" stage to run.stages.
+void write_outputs(RunOutput& run, const SearchConfig& config, const OutputPaths& paths,
+                   const std::function<void(const StageTime&)>& progress = {});
+
+// The run summary: inputs, effective config, engine, per-stage times, digest, counts, outputs.
+nlohmann::json run_summary(const RunOutput& run, const SearchConfig& config, const OutputPaths& paths);
+
+}  // namespace shiftstack::io

@@ -1,0 +1,73 @@
+// Internal pieces shared by the validation sources: which trials lie near masks, and pooled
+// null-bank sums with jackknife errors over cubes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "shiftstack/likelihood.hpp"
+#include "shiftstack/motion.hpp"
+#include "shiftstack/search.hpp"
+#include "shiftstack/stack.hpp"
+#include "shiftstack/validation.hpp"
+
+namespace shiftstack::validation_detail {
+
+// FWHM of a Gaussian in units of its sigma: 2 sqrt(2 ln 2).
+constexpr double kFwhmPerSigma = 2.3548200450309493;
+
+// RMS width (sigma) of a PSF image from its second moment about its centroid.
+double psf_sigma(const Image<float>& psf);
+
+// One flag per trial, index (v * height + y) * width + x over the whole image: 1 when some
+// exposure's sample of the trial lies within near_mask_fwhm * FWHM_e of a masked pixel or of the
+// image edge, or outside the image. Fractional banks test the nearest pixel with the radius
+// widened by half a pixel diagonal, so every bilinear corner's surroundings are covered.
+// With a region, only its origins are flagged: index (v * region.height + y - y0) * region.width
+// + x - x0.
+std::vector<std::uint8_t> near_mask_flags(const ExposureStack& stack, const MotionBank& bank,
+                                          double near_mask_fwhm, Region region = {});
+
+// Sums of Z over the trials of one class in one cube.
+struct ClassSums {
+  double n = 0, sum = 0, sum2 = 0;
+  std::vector<double> above;  // per excursion threshold: trials with Z > z
+  void add(double z, const std::vector<double>& thresholds) {
+    n += 1;
+    sum += z;
+    sum2 += z * z;
+    for (std::size_t i = 0; i < thresholds.size(); ++i)
+      if (z > thresholds[i]) above[i] += 1;
+  }
+};
+
+// Variance about the mean from pooled sums (n - 1 in the denominator).
+double pooled_variance(double n, double sum, double sum2);
+
+// Pools per-cube sums of one class; the variance and the excursion rates get jackknife errors
+// over cubes (delete one cube), which include the correlation between neighbouring trials.
+NullClass pool_class(const std::vector<ClassSums>& cubes, const std::vector<double>& thresholds,
+                     const std::vector<std::string>& labels);
+
+// Band-limited (Fourier-shift) evaluation of one velocity over every origin of the image:
+// psi_e sampled at x + s_{v,e} through the periodic trigonometric interpolant of the zero-padded
+// grid (odd lengths grid_x, grid_y), summed with the throughputs: A, its exact variance B
+// (sum_r w(r) [sum_p h(x - p) P(r - p)]^2, the doubled-bandwidth form, computed separably) and
+// the naive B (phi interpolated with h). Planes are row-major over origins (y * width + x).
+struct BandLimitedPlanes {
+  std::vector<double> A, B, naive_B;
+  // Single samples at a mask edge (nearest pixel unmasked, one of its 8 neighbours masked):
+  // sum, count and maximum of B_e / naive_B_e, the null variance of that sample's naive score.
+  double edge_ratio_sum = 0, edge_ratio_max = 0;
+  std::int64_t edge_samples = 0;
+};
+struct BandLimitedGrid {
+  int x = 0, y = 0;
+};
+BandLimitedGrid band_limited_grid(const ExposureStack& stack, const MotionBank& bank);
+BandLimitedPlanes band_limited_planes(const ExposureStack& stack, const LikelihoodStack& maps,
+                                      const MotionBank& bank, std::size_t velocity,
+                                      const BandLimitedGrid& grid);
+// The periodic interpolation kernel of an odd grid of n points (Dirichlet kernel).
+double dirichlet(double t, int n);
+
+}  // namespace shiftstack::validation_detail

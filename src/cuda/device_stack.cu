@@ -1,0 +1,276 @@
+// The cached upload of the encoded cube: one stack (or one tile of it) lives on the device at a
+// time and every CUDA gather engine reads it; a later search of the same stack and rectangle,
+// with any bank, reuses it.
+#include <algorithm>
+#include <cstring>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda/check.cuh"
+#include "cuda/device_stack.cuh"
+#include "cuda/device_stack.hpp"
+#include "shiftstack/error.hpp"
+
+namespace shiftstack::cuda {
+
+namespace {
+
+// Owns one device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+  void* allocate(std::size_t bytes) {
+    reset();
+    if (bytes > 0) SHIFTSTACK_CUDA_CHECK(cudaMalloc(&data_, bytes));
+    bytes_ = bytes;
+    return data_;
+  }
+  void reset() {
+    if (data_) cudaFree(data_);  // no check: also runs during unwinding and at exit
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  void* get() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+struct CachedCube {
+  std::uint64_t stack_id = 0;
+  PixelRect rect;
+  DeviceBuffer pairs, psi_weight, phi_weight, exceptions;
+  StackView view;
+  bool valid = false;
+  std::size_t bytes() const {
+    return pairs.bytes() + psi_weight.bytes() + phi_weight.bytes() + exceptions.bytes();
+  }
+};
+
+struct State {
+  std::mutex lock;
+  CachedCube cube;
+  UploadStats stats;
+  std::size_t budget = 0;
+  bool budget_read = false;
+};
+
+State& state() {
+  static State* s = new State;  // never destroyed: device frees at exit are the driver's job
+  return *s;
+}
+
+std::size_t budget_from_environment() {
+  const char* text = std::getenv("SHIFTSTACK_CUDA_MEMORY_BUDGET");
+  if (!text || !*text) return 0;
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  require(end && *end == '\0' && value > 0,
+          std::string("SHIFTSTACK_CUDA_MEMORY_BUDGET must be a positive number of bytes, got '") +
+              text + "'");
+  return std::size_t(value);
+}
+
+// Every int8 exception code must have its exact value, and every listed value its code: the CPU
+// decode throws on a missing entry, so the GPU refuses such a stack instead of reading zero.
+void check_exceptions(const EncodedStack& s) {
+  const std::size_t plane = s.plane_size();
+  std::size_t codes = 0;
+  for (std::size_t i = 0; i < s.int8.size(); i += 2)
+    if (s.int8[i] == int8_codes::psi_exception) ++codes;
+  require(codes == s.exceptions.size(),
+          "int8 stack has " + std::to_string(codes) + " exception codes but " +
+              std::to_string(s.exceptions.size()) + " exception entries");
+  for (std::size_t i = 0; i < s.exceptions.size(); ++i) {
+    const EncodingException& x = s.exceptions[i];
+    require(int(x.exposure) < s.exposures && x.pixel < plane &&
+                s.int8[2 * (std::size_t(x.exposure) * plane + x.pixel)] == int8_codes::psi_exception,
+            "int8 exception entry " + std::to_string(i) + " does not match an exception code");
+    if (i > 0) {
+      const EncodingException& p = s.exceptions[i - 1];
+      require(p.exposure < x.exposure || (p.exposure == x.exposure && p.pixel < x.pixel),
+              "int8 exception entries are not sorted by (exposure, pixel)");
+    }
+  }
+}
+
+const void* payload(const EncodedStack& s) {
+  switch (s.encoding) {
+    case Encoding::fp32: return s.fp32.data();
+    case Encoding::fp16: return s.fp16.data();
+    case Encoding::int8: return s.int8.data();
+  }
+  return nullptr;
+}
+
+std::size_t payload_elements(const EncodedStack& s) {
+  switch (s.encoding) {
+    case Encoding::fp32: return s.fp32.size();
+    case Encoding::fp16: return s.fp16.size();
+    case Encoding::int8: return s.int8.size();
+  }
+  return 0;
+}
+
+// fp32/fp16 pairs whose phi is not > 0 contribute nothing; storing them as (0, 0) lets the fast
+// gather sum raw pairs without a validity test. int8 keeps its codes (the invalid code is exact).
+void clean_invalid_pairs(Encoding encoding, char* pairs, std::size_t count) {
+  if (encoding == Encoding::fp32) {
+    float* p = reinterpret_cast<float*>(pairs);
+    for (std::size_t i = 0; i < count; ++i)
+      if (!(p[2 * i + 1] > 0.0f)) p[2 * i] = p[2 * i + 1] = 0.0f;
+  } else if (encoding == Encoding::fp16) {
+    std::uint16_t* p = reinterpret_cast<std::uint16_t*>(pairs);
+    for (std::size_t i = 0; i < count; ++i)
+      if (!(half_to_float(p[2 * i + 1]) > 0.0f)) p[2 * i] = p[2 * i + 1] = 0;
+  }
+}
+
+StorageCode storage_code(Encoding e) {
+  switch (e) {
+    case Encoding::fp32: return StorageCode::fp32;
+    case Encoding::fp16: return StorageCode::fp16;
+    case Encoding::int8: return StorageCode::int8;
+  }
+  return StorageCode::fp32;
+}
+
+}  // namespace
+
+void set_memory_budget(std::size_t bytes) {
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  s.budget = bytes;
+  s.budget_read = true;
+}
+
+std::size_t memory_budget() {
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  if (!s.budget_read) {
+    s.budget = budget_from_environment();
+    s.budget_read = true;
+  }
+  return s.budget;
+}
+
+UploadStats upload_stats() {
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  return s.stats;
+}
+
+void release_device_cache() {
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  s.cube.pairs.reset();
+  s.cube.psi_weight.reset();
+  s.cube.phi_weight.reset();
+  s.cube.exceptions.reset();
+  s.cube.valid = false;
+}
+
+void note_tiled_search(std::int64_t tiles) {
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  ++s.stats.tiled_searches;
+  s.stats.tiles += tiles;
+}
+
+std::size_t cube_bytes(const EncodedStack& stack, const PixelRect& rect) {
+  return std::size_t(padded_pitch(rect.width)) * rect.height * std::size_t(stack.exposures) *
+         stack.bytes_per_pair();
+}
+
+std::size_t available_for_cube() {
+  std::size_t free_bytes = 0, total = 0;
+  SHIFTSTACK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  return free_bytes + s.cube.bytes();
+}
+
+StackView acquire_stack(const EncodedStack& stack, const PixelRect& rect) {
+  require(rect.x0 >= 0 && rect.y0 >= 0 && rect.width > 0 && rect.height > 0 &&
+              rect.x0 + rect.width <= stack.width && rect.y0 + rect.height <= stack.height,
+          "device upload: rectangle outside the image");
+  require(payload_elements(stack) == 2 * stack.plane_size() * std::size_t(stack.exposures),
+          "encoded stack payload has " + std::to_string(payload_elements(stack)) +
+              " values, expected 2 per pixel per exposure");
+  require(int(stack.psi_weight.size()) == stack.exposures &&
+              int(stack.phi_weight.size()) == stack.exposures,
+          "encoded stack weights do not match its exposure count");
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  CachedCube& c = s.cube;
+  if (c.valid && c.stack_id == stack.id && c.rect == rect) {
+    ++s.stats.reuses;
+    return c.view;
+  }
+  c.valid = false;
+  if (stack.encoding == Encoding::int8) check_exceptions(stack);
+  // Free first so that the new cube can take the old one's memory.
+  c.pairs.reset();
+  const std::size_t pair_bytes = stack.bytes_per_pair();
+  const int pitch = padded_pitch(rect.width);
+  const std::size_t bytes = cube_bytes(stack, rect);
+  char* pairs = static_cast<char*>(c.pairs.allocate(bytes));
+  SHIFTSTACK_CUDA_CHECK(cudaMemset(pairs, 0, bytes));  // row padding: defined, never summed
+  const char* source = static_cast<const char*>(payload(stack));
+  // Exposure by exposure through a host buffer: the rectangle's rows, invalid pairs cleaned.
+  const std::size_t row_bytes = std::size_t(rect.width) * pair_bytes;
+  const std::size_t source_pitch = std::size_t(stack.width) * pair_bytes;
+  const std::size_t device_pitch = std::size_t(pitch) * pair_bytes;
+  std::vector<char> plane(row_bytes * rect.height);
+  for (int e = 0; e < stack.exposures; ++e) {
+    for (int y = 0; y < rect.height; ++y)
+      std::memcpy(plane.data() + std::size_t(y) * row_bytes,
+                  source + (std::size_t(e) * stack.height + rect.y0 + y) * source_pitch +
+                      std::size_t(rect.x0) * pair_bytes,
+                  row_bytes);
+    clean_invalid_pairs(stack.encoding, plane.data(), std::size_t(rect.count()));
+    SHIFTSTACK_CUDA_CHECK(cudaMemcpy2D(pairs + std::size_t(e) * rect.height * device_pitch, device_pitch,
+                                       plane.data(), row_bytes, row_bytes, rect.height,
+                                       cudaMemcpyHostToDevice));
+  }
+  const std::size_t weight_bytes = sizeof(float) * stack.exposures;
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpy(c.psi_weight.allocate(weight_bytes), stack.psi_weight.data(),
+                                   weight_bytes, cudaMemcpyHostToDevice));
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpy(c.phi_weight.allocate(weight_bytes), stack.phi_weight.data(),
+                                   weight_bytes, cudaMemcpyHostToDevice));
+  std::vector<DeviceException> exceptions;
+  exceptions.reserve(stack.exceptions.size());
+  for (const EncodingException& x : stack.exceptions)
+    exceptions.push_back({(static_cast<unsigned long long>(x.exposure) << 32) | x.pixel, x.psi, 0.0f});
+  c.exceptions.reset();
+  if (!exceptions.empty())
+    SHIFTSTACK_CUDA_CHECK(cudaMemcpy(c.exceptions.allocate(exceptions.size() * sizeof(DeviceException)),
+                                     exceptions.data(), exceptions.size() * sizeof(DeviceException),
+                                     cudaMemcpyHostToDevice));
+  c.stack_id = stack.id;
+  c.rect = rect;
+  c.view.storage = storage_code(stack.encoding);
+  c.view.image_width = stack.width;
+  c.view.image_height = stack.height;
+  c.view.exposures = stack.exposures;
+  c.view.rect = rect;
+  c.view.pitch = pitch;
+  c.view.pairs = c.pairs.get();
+  c.view.psi_weight = static_cast<const float*>(c.psi_weight.get());
+  c.view.phi_weight = static_cast<const float*>(c.phi_weight.get());
+  c.view.exceptions = static_cast<const DeviceException*>(c.exceptions.get());
+  c.view.exception_count = int(exceptions.size());
+  c.valid = true;
+  ++s.stats.uploads;
+  s.stats.bytes += std::int64_t(bytes + 2 * weight_bytes + exceptions.size() * sizeof(DeviceException));
+  return c.view;
+}
+
+}  // namespace shiftstack::cuda

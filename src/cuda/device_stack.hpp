@@ -1,0 +1,28 @@
+// Host-side controls of the CUDA engines' device data (no CUDA syntax: tests and tools include
+// it). The encoded cube is uploaded once and reused by every CUDA gather engine across scans and
+// banks; a cube that does not fit the memory budget is searched in spatial tiles with a halo.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace shiftstack::cuda {
+
+// Bytes of device memory the cached cube may take. 0 (the default) = automatic: 80% of the
+// memory the device reports free (plus what the cache already holds). The environment variable
+// SHIFTSTACK_CUDA_MEMORY_BUDGET (bytes) sets it at first use.
+void set_memory_budget(std::size_t bytes);
+std::size_t memory_budget();
+
+struct UploadStats {
+  std::int64_t uploads = 0;        // host -> device copies of a cube (or of one tile of it)
+  std::int64_t bytes = 0;          // bytes those copies moved
+  std::int64_t reuses = 0;         // scans (or tiles) served from the cached copy
+  std::int64_t tiled_searches = 0; // searches that needed more than one spatial tile
+  std::int64_t tiles = 0;          // tiles processed in those searches
+};
+UploadStats upload_stats();
+
+// Frees the cached cube (the next search uploads again).
+void release_device_cache();
+
+}  // namespace shiftstack::cuda

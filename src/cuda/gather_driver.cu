@@ -1,0 +1,356 @@
+// Host orchestration of the CUDA gathers and their shared post-processing kernels.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cuda/check.cuh"
+#include "cuda/device_buffer.cuh"
+#include "cuda/device_stack.hpp"
+#include "cuda/gather_driver.cuh"
+#include "shiftstack/error.hpp"
+
+namespace shiftstack::cuda {
+
+namespace {
+
+// Spatial tiles keep the partial-digest grid of every engine aligned with the untiled run:
+// tile corners sit at multiples of these from the region corner (the largest block footprint of
+// the gathers: 128 origins wide for cuda-serial, 32 rows for cuda-fast).
+constexpr int tile_align_x = 128;
+constexpr int tile_align_y = 32;
+// First capacity of the compact candidate list; it grows to the exact count when exceeded.
+constexpr unsigned long long initial_candidate_capacity = 1ull << 20;
+constexpr int threads_per_block_1d = 256;
+
+__global__ void fill_lists_kernel(TopKEntry* lists, long long n) {
+  const long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  if (i < n) lists[i] = TopKEntry{-INFINITY, INT_MAX, 0.0f, 0.0f};
+}
+
+// Per origin: merge its sorted partial lists into the best k, best first.
+__global__ void merge_lists_kernel(const TopKEntry* lists, int lists_per_origin, int k,
+                                   long long origins, TopKEntry* merged) {
+  const long long o = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  if (o >= origins) return;
+  const TopKEntry* base = lists + o * lists_per_origin * static_cast<long long>(k);
+  constexpr int max_lists = 64;  // checked on the host
+  int head[max_lists];
+  for (int l = 0; l < lists_per_origin; ++l) head[l] = 0;
+  for (int r = 0; r < k; ++r) {
+    int best = -1;
+    TopKEntry best_entry{-INFINITY, INT_MAX, 0.0f, 0.0f};
+    for (int l = 0; l < lists_per_origin; ++l) {
+      if (head[l] >= k) continue;
+      const TopKEntry e = base[l * k + head[l]];
+      if (e.velocity == INT_MAX) continue;
+      if (best < 0 || better_entry(e.Z, e.velocity, best_entry.Z, best_entry.velocity)) {
+        best = l;
+        best_entry = e;
+      }
+    }
+    if (best >= 0) ++head[best];
+    merged[o * k + r] = best_entry;
+  }
+}
+
+// Exposures with a valid sample along a trajectory (a candidate's obs_count).
+template <StorageCode S>
+__device__ int count_observations(const StackView& view, const ShiftSource& shifts, int x, int y,
+                                  int v) {
+  int n = 0;
+  for (int e = 0; e < view.exposures; ++e) {
+    const int2 s = shift_of(shifts, v, e);
+    n += decode_pixel<S>(view, e, x + s.x, y + s.y).valid ? 1 : 0;
+  }
+  return n;
+}
+
+template <StorageCode S>
+__global__ void topk_observations_kernel(StackView view, ShiftSource shifts, const TopKEntry* merged,
+                                         int k, long long entries, int tile_x0, int tile_y0,
+                                         int tile_width, int* obs) {
+  const long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  if (i >= entries) return;
+  const TopKEntry e = merged[i];
+  if (e.velocity == INT_MAX) {
+    obs[i] = 0;
+    return;
+  }
+  const long long origin = i / k;
+  const int x = tile_x0 + int(origin % tile_width), y = tile_y0 + int(origin / tile_width);
+  obs[i] = count_observations<S>(view, shifts, x, y, e.velocity);
+}
+
+template <StorageCode S>
+__global__ void candidate_observations_kernel(StackView view, ShiftSource shifts,
+                                              const CandidateRecord* records,
+                                              unsigned long long first, unsigned long long end,
+                                              int* obs) {
+  const unsigned long long i = first + blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+  if (i >= end) return;
+  const CandidateRecord c = records[i];
+  obs[i] = count_observations<S>(view, shifts, c.x, c.y, c.velocity);
+}
+
+unsigned blocks_for(long long n) { return unsigned((n + threads_per_block_1d - 1) / threads_per_block_1d); }
+
+struct Tile {
+  PixelRect origins;  // full-image coordinates
+  PixelRect data;     // what the tile's trajectories can reach, clipped to the image
+};
+
+PixelRect reach(const PixelRect& origins, const ShiftExtent& halo, int width, int height) {
+  const int x0 = std::max(0, origins.x0 + halo.min_x);
+  const int y0 = std::max(0, origins.y0 + halo.min_y);
+  const int x1 = std::min(width, origins.x0 + origins.width + halo.max_x);
+  const int y1 = std::min(height, origins.y0 + origins.height + halo.max_y);
+  // Trajectories that leave the image everywhere still need a non-empty rectangle to address.
+  if (x1 <= x0 || y1 <= y0) return {std::clamp(origins.x0, 0, width - 1), std::clamp(origins.y0, 0, height - 1), 1, 1};
+  return {x0, y0, x1 - x0, y1 - y0};
+}
+
+std::vector<Tile> plan_tiles(const EncodedStack& stack, const Region& region, const ShiftExtent& halo) {
+  std::size_t budget = memory_budget();
+  if (budget == 0) budget = std::size_t(0.8 * double(available_for_cube()));
+  auto fits = [&](int tw, int th) {
+    // An interior tile, unclipped by the image edges, is the largest of this size.
+    const PixelRect probe{0, 0, std::min(stack.width, tw + halo.max_x - halo.min_x),
+                          std::min(stack.height, th + halo.max_y - halo.min_y)};
+    return cube_bytes(stack, probe) <= budget;
+  };
+  int tw = region.width, th = region.height;
+  while (!fits(tw, th)) {
+    if (th > tile_align_y) {
+      th = std::max(tile_align_y, (th / 2) / tile_align_y * tile_align_y);
+    } else if (tw > tile_align_x) {
+      tw = std::max(tile_align_x, (tw / 2) / tile_align_x * tile_align_x);
+    } else {
+      throw Error("the device memory budget (" + std::to_string(budget) +
+                  " bytes) cannot hold even one " + std::to_string(tile_align_x) + "x" +
+                  std::to_string(tile_align_y) + " tile with its halo of " +
+                  std::to_string(stack.exposures) + " exposures");
+    }
+  }
+  std::vector<Tile> tiles;
+  for (int y = 0; y < region.height; y += th)
+    for (int x = 0; x < region.width; x += tw) {
+      PixelRect o{region.x0 + x, region.y0 + y, std::min(tw, region.width - x), std::min(th, region.height - y)};
+      tiles.push_back({o, reach(o, halo, stack.width, stack.height)});
+    }
+  return tiles;
+}
+
+template <typename F>
+void with_storage(StorageCode s, F&& f) {
+  dispatch_storage(s, std::forward<F>(f));
+}
+
+}  // namespace
+
+std::string fractional_unsupported_reason() {
+  return "fractional shifts need bilinear sampling with the covariance-exact B (SPEC 2), which the "
+         "CUDA gathers do not implement; use the reference or cpu engine";
+}
+
+int max_shared_memory_per_block() {
+  int device = 0, bytes = 0;
+  SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&device));
+  SHIFTSTACK_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
+
+int multiprocessor_count() {
+  int device = 0, count = 0;
+  SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&device));
+  SHIFTSTACK_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+SearchResult run_gather(GatherMethod& method, const SearchInput& input) {
+  const EncodedStack& stack = *input.stack;
+  const MotionBank& bank = *input.bank;
+  const Region region = input.region;
+  const OutputPolicy& policy = input.policy;
+  const int k = policy.top_k;
+  require(k >= 0, "top_k must be >= 0");
+
+  const GatherGeometry geometry = method.prepare(input);
+  require(geometry.lists_per_origin <= 64, "internal: too many top-k lists per origin");
+  require(tile_align_x % geometry.block_width == 0 && tile_align_y % geometry.block_height == 0,
+          "internal: gather block does not divide the tile alignment");
+  const std::vector<Tile> tiles = plan_tiles(stack, region, shift_extent(bank));
+  if (tiles.size() > 1) note_tiled_search(std::int64_t(tiles.size()));
+
+  ScanOutputs out{};
+  out.z_thr = digest_threshold(input);
+  out.region_x0 = region.x0;
+  out.region_y0 = region.y0;
+  out.blocks_x = (region.width + geometry.block_width - 1) / geometry.block_width;
+  out.blocks_y = (region.height + geometry.block_height - 1) / geometry.block_height;
+  const std::size_t partial_count = std::size_t(geometry.groups) * out.blocks_x * out.blocks_y;
+  DeviceArray<PartialDigest> partials(partial_count);
+  out.partials = partials.get();
+
+  out.collect = policy.collect_candidates;
+  out.candidate_threshold = policy.candidate_threshold;
+  DeviceArray<unsigned long long> candidate_count(1);
+  out.candidate_count = candidate_count.get();
+  unsigned long long capacity = std::min<unsigned long long>(
+      initial_candidate_capacity, static_cast<unsigned long long>(policy.max_candidates));
+  DeviceArray<CandidateRecord> candidates;
+  DeviceArray<int> candidate_obs;
+
+  std::size_t largest_tile = 0;
+  for (const Tile& t : tiles) largest_tile = std::max<std::size_t>(largest_tile, t.origins.count());
+  out.top_k = k;
+  out.lists_per_origin = geometry.lists_per_origin;
+  DeviceArray<TopKEntry> lists, merged;
+  DeviceArray<int> topk_obs;
+  if (k > 0) {
+    lists.resize(largest_tile * geometry.lists_per_origin * std::size_t(k));
+    merged.resize(largest_tile * std::size_t(k));
+    topk_obs.resize(largest_tile * std::size_t(k));
+  }
+  out.lists = lists.get();
+
+  const ShiftSource shifts = method.shifts();
+  cudaStream_t stream = 0;
+  cudaEvent_t start, stop;
+  SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&start));
+  SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&stop));
+  struct EventGuard {
+    cudaEvent_t a, b;
+    ~EventGuard() {
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+    }
+  } event_guard{start, stop};
+
+  SearchResult result;
+  if (k > 0) result.top_k.resize(std::size_t(region.count()) * k);
+  std::vector<CandidateRecord> host_candidates;
+  std::vector<int> host_candidate_obs;
+  double seconds = 0;
+
+  for (;;) {  // reruns only when the candidate list outgrew its buffer
+    candidates.resize(capacity);
+    candidate_obs.resize(capacity);
+    out.candidates = candidates.get();
+    out.candidate_capacity = capacity;
+    SHIFTSTACK_CUDA_CHECK(cudaMemset(candidate_count.get(), 0, sizeof(unsigned long long)));
+    unsigned long long found = 0;
+    seconds = 0;
+    for (const Tile& tile : tiles) {
+      const StackView view = acquire_stack(stack, tile.data);
+      out.tile_x0 = tile.origins.x0;
+      out.tile_y0 = tile.origins.y0;
+      out.tile_width = tile.origins.width;
+      out.tile_height = tile.origins.height;
+      const long long tile_origins = tile.origins.count();
+      SHIFTSTACK_CUDA_CHECK(cudaEventRecord(start, stream));
+      if (k > 0) {
+        const long long n = tile_origins * geometry.lists_per_origin * k;
+        fill_lists_kernel<<<blocks_for(n), threads_per_block_1d, 0, stream>>>(lists.get(), n);
+        SHIFTSTACK_CUDA_CHECK_LAUNCH();
+      }
+      method.scan(view, out, stream);
+      if (k > 0) {
+        merge_lists_kernel<<<blocks_for(tile_origins), threads_per_block_1d, 0, stream>>>(
+            lists.get(), geometry.lists_per_origin, k, tile_origins, merged.get());
+        SHIFTSTACK_CUDA_CHECK_LAUNCH();
+        const long long entries = tile_origins * k;
+        with_storage(view.storage, [&]<StorageCode S>() {
+          topk_observations_kernel<S><<<blocks_for(entries), threads_per_block_1d, 0, stream>>>(
+              view, shifts, merged.get(), k, entries, tile.origins.x0, tile.origins.y0,
+              tile.origins.width, topk_obs.get());
+          SHIFTSTACK_CUDA_CHECK_LAUNCH();
+        });
+      }
+      unsigned long long now = 0;
+      SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(&now, candidate_count.get(), sizeof now,
+                                            cudaMemcpyDeviceToHost, stream));
+      SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (now > found && now <= capacity) {
+        with_storage(view.storage, [&]<StorageCode S>() {
+          candidate_observations_kernel<S><<<blocks_for((long long)(now - found)), threads_per_block_1d, 0, stream>>>(
+              view, shifts, candidates.get(), found, now, candidate_obs.get());
+          SHIFTSTACK_CUDA_CHECK_LAUNCH();
+        });
+      }
+      found = now;
+      SHIFTSTACK_CUDA_CHECK(cudaEventRecord(stop, stream));
+      SHIFTSTACK_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      seconds += 1e-3 * ms;
+
+      if (k > 0) {
+        const std::size_t entries = std::size_t(tile_origins) * k;
+        const std::vector<TopKEntry> best = merged.download(entries);
+        const std::vector<int> obs = topk_obs.download(entries);
+        for (std::size_t i = 0; i < entries; ++i) {
+          const std::size_t o = i / k;
+          const int x = tile.origins.x0 + int(o % tile.origins.width);
+          const int y = tile.origins.y0 + int(o / tile.origins.width);
+          Candidate& c = result.top_k[(std::size_t(y - region.y0) * region.width + (x - region.x0)) * k + i % k];
+          const TopKEntry& e = best[i];
+          if (e.velocity == INT_MAX) {
+            c = Candidate{x, y, -1, 0, 0, 0, 0, -std::numeric_limits<float>::infinity(), 0, 0};
+            continue;
+          }
+          const Velocity vel = bank.velocity(std::size_t(e.velocity));
+          c = Candidate{x, y, e.velocity, float(vel.vx), float(vel.vy), e.A, e.B, e.Z,
+                        float(double(e.A) / double(e.B)), obs[i]};
+        }
+      }
+    }
+    if (found <= capacity) {
+      host_candidates = candidates.download(found);
+      host_candidate_obs = candidate_obs.download(found);
+      break;
+    }
+    require(found <= static_cast<unsigned long long>(policy.max_candidates),
+            "candidate list of " + std::to_string(found) + " trials exceeds max_candidates (" +
+                std::to_string(policy.max_candidates) + "): raise the candidate threshold or the limit");
+    capacity = found;  // the exact size: the rerun fills it without overflow
+  }
+
+  // Digest: partials merged in key order, the same order whatever the tiling.
+  const std::vector<PartialDigest> host_partials = partials.download(partial_count);
+  Digest digest;
+  digest.z_thr = out.z_thr;
+  for (const PartialDigest& p : host_partials) {
+    Digest d;
+    d.sumA = p.sumA;
+    d.sumB = p.sumB;
+    d.count = p.count;
+    d.scored = p.scored;
+    if (p.velocity >= 0) {
+      d.maxZ = p.maxZ;
+      d.argmax_x = p.x;
+      d.argmax_y = p.y;
+      d.argmax_velocity = p.velocity;
+    }
+    digest.merge(d);
+  }
+  result.digest = digest;
+
+  result.candidates.reserve(host_candidates.size());
+  for (std::size_t i = 0; i < host_candidates.size(); ++i) {
+    const CandidateRecord& r = host_candidates[i];
+    const Velocity vel = bank.velocity(std::size_t(r.velocity));
+    result.candidates.push_back(Candidate{r.x, r.y, r.velocity, float(vel.vx), float(vel.vy), r.A, r.B,
+                                          r.Z, float(double(r.A) / double(r.B)), host_candidate_obs[i]});
+  }
+  std::sort(result.candidates.begin(), result.candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.velocity != b.velocity) return a.velocity < b.velocity;
+    if (a.y != b.y) return a.y < b.y;
+    return a.x < b.x;
+  });
+  result.seconds = seconds;
+  return result;
+}
+
+}  // namespace shiftstack::cuda

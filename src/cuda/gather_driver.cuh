@@ -1,0 +1,76 @@
+// The host side shared by the CUDA gathers: spatial tiles within the memory budget, output
+// buffers, the top-k merge, obs_count for the reported trials, candidate overflow handling (grow
+// and rerun, or Error beyond max_candidates) and the assembly of the SearchResult.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "cuda/device_stack.cuh"
+#include "cuda/gather_outputs.cuh"
+#include "shiftstack/search.hpp"
+
+namespace shiftstack::cuda {
+
+// Integer shifts of trajectory (velocity v, exposure e), either from separable tables
+// (x[a * E + e], y[b * E + e], v = b * vx_count + a) or, for the FP64 serial engine, computed
+// in double exactly as the CPU does: round(v * (t_e - t_ref) + c_e).
+struct ShiftSource {
+  int exposures = 0;
+  const int* table_x = nullptr;
+  const int* table_y = nullptr;
+  int vx_count = 0;
+  const double* dt = nullptr;      // per exposure, t_e - t_ref
+  const double* curve_x = nullptr; // per exposure
+  const double* curve_y = nullptr;
+  const double* vx = nullptr;      // per velocity
+  const double* vy = nullptr;
+};
+
+// floor(vel * dt + curve + 0.5) without fused multiply-add, so the rounding matches the host.
+__device__ inline int round_shift_fp64(double velocity, double dt, double curve) {
+  const double s = __dadd_rn(__dmul_rn(velocity, dt), curve);
+  return int(floor(__dadd_rn(s, 0.5)));
+}
+
+__device__ inline int2 shift_of(const ShiftSource& s, int v, int e) {
+  if (s.table_x) {
+    const int a = v % s.vx_count, b = v / s.vx_count;
+    return make_int2(s.table_x[a * s.exposures + e], s.table_y[b * s.exposures + e]);
+  }
+  return make_int2(round_shift_fp64(s.vx[v], s.dt[e], s.curve_x[e]),
+                   round_shift_fp64(s.vy[v], s.dt[e], s.curve_y[e]));
+}
+
+// How an engine cuts the work: origins per block (the partial-digest granule), velocity groups
+// (independent blocks over the same origins) and top-k lists per origin.
+struct GatherGeometry {
+  int block_width = 32, block_height = 8;
+  int groups = 1;
+  int lists_per_origin = 1;
+};
+
+class GatherMethod {
+ public:
+  virtual ~GatherMethod() = default;
+  // Once per search, before any tile: upload bank tables, choose the geometry.
+  virtual GatherGeometry prepare(const SearchInput& input) = 0;
+  // Launches the scan of the tile described by `out` (all trials of its origins, every group).
+  virtual void scan(const StackView& view, const ScanOutputs& out, cudaStream_t stream) = 0;
+  // Shifts for the obs_count pass (device pointers owned by the method).
+  virtual ShiftSource shifts() const = 0;
+};
+
+// Runs a whole search with the method; result.seconds is device time of the scans (kernels,
+// top-k merge and obs_count passes; uploads excluded).
+SearchResult run_gather(GatherMethod& method, const SearchInput& input);
+
+// Reason text shared by the engines for inputs they do not compute.
+std::string fractional_unsupported_reason();
+
+// Maximum dynamic shared memory per block on the current device (bytes).
+int max_shared_memory_per_block();
+int multiprocessor_count();
+
+}  // namespace shiftstack::cuda

@@ -1,0 +1,781 @@
+// cuda-fast: the fair gather, as fast as the card allows on integer shifts of a Cartesian bank.
+//
+// A block owns 32 x TY origins and loops over packets of RV x NWV neighbouring velocities (RV
+// along vx per thread, one vy per warp group). Per packet it streams the exposures in chunks of
+// up to 8: the union of the packet's source pixels for each exposure of a chunk (a window of
+// `pitch` x rows pairs) is brought into shared memory while the previous chunk is being summed
+// (double-buffered), either by Hopper bulk tensor copies (TMA, one instruction per window, zero
+// fill outside the cube, completing on a shared-memory barrier) or through registers. Each thread
+// keeps RV x RY (origin, velocity) sums in registers and reads its samples from the window at
+// per-exposure byte offsets precomputed from the integer shift tables (integer addressing, no
+// FP64), applying the exposure's weights with one FFMA per channel. Scoring, the digest, the
+// compact candidate list and the top-k lists are fused into the end of each packet: every trial
+// is scored, and only partial digests, candidates and top-k entries leave the chip.
+//
+// Staging formats: float staging holds (psi, phi) as floats (8 shared-memory bytes per sample);
+// half staging holds the raw fp16 pair or the int8 codes, which half precision represents
+// exactly (4 bytes per sample). fp32 pairs (float staging) and fp16 pairs (half staging) are
+// summed straight from the copied windows: the upload stores invalid pairs as zeros. int8 codes
+// are decoded once per staged pixel; an int8 stack with exception codes takes float staging,
+// where the exact value is looked up. `skip` variants reuse the previous velocity's samples when
+// its shift is identical at that exposure (frequent for finely spaced grids).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cuda/check.cuh"
+#include "cuda/gather_driver.cuh"
+#include "cuda/gather_fast.hpp"
+#include "cuda/velocity_packets.cuh"
+#include "cuda/gather_engines.hpp"
+#include "engine_registry.hpp"
+
+namespace shiftstack {
+
+namespace cuda {
+namespace {
+
+constexpr int warp_size = 32;      // origins along x per block: one warp row, conflict-free reads
+constexpr int prefetch_slots = 8;  // staged pixels in flight per thread per chunk (registers)
+constexpr int max_chunk = 8;       // exposures staged together (one barrier per chunk)
+
+template <StorageCode S>
+struct RawPair;
+template <>
+struct RawPair<StorageCode::fp32> {
+  using type = float2;
+};
+template <>
+struct RawPair<StorageCode::fp16> {
+  using type = unsigned int;  // __half2 bits
+};
+template <>
+struct RawPair<StorageCode::int8> {
+  using type = unsigned short;  // char2 bits: psi code in the low byte
+};
+
+// A pixel outside the device rectangle: decodes as "no data" in every encoding.
+template <StorageCode S>
+__device__ inline typename RawPair<S>::type no_data() {
+  if constexpr (S == StorageCode::fp32) return make_float2(0.0f, 0.0f);
+  else if constexpr (S == StorageCode::fp16) return 0u;  // phi = +0
+  else return static_cast<unsigned short>(0x0080u);      // psi code -128, phi code 0
+}
+
+struct FastParams {
+  StackView view;
+  PacketTables t;
+  ScanOutputs out;
+  int groups;
+  int chunk;         // exposures per stage (<= max_chunk)
+  int window_rows;   // rows reserved per staged exposure (the largest over packets)
+  int window_elems;  // pairs per staged exposure window (rows x pitch, padded to 64)
+  const CUtensorMap* map;  // bulk-copy descriptor in global memory (TMA variants)
+};
+
+// One staged pixel, unweighted: the raw fp16 pair or the int8 codes in half precision (exact),
+// or decoded floats. Invalid samples become (0, 0), so every sum adds weight x value blindly.
+template <StorageCode S, bool Half>
+__device__ inline std::conditional_t<Half, unsigned int, float2> stage_from_raw(
+    const StackView& view, typename RawPair<S>::type raw, int e, int X, int Y) {
+  if constexpr (Half) {
+    if constexpr (S == StorageCode::fp16) {
+      const __half2 h = *reinterpret_cast<const __half2*>(&raw);
+      return __high2float(h) > 0.0f ? raw : 0u;
+    } else if constexpr (S == StorageCode::int8) {
+      // Codes -126..126 and 0..255 are exact in half precision; exceptions never reach here.
+      const signed char psi = static_cast<signed char>(raw & 0xffu);
+      const unsigned char phi = static_cast<unsigned char>(raw >> 8);
+      if (psi == int8_codes::psi_invalid || phi == 0) return 0u;
+      const __half2 h = __floats2half2_rn(float(psi), float(phi));
+      return *reinterpret_cast<const unsigned int*>(&h);
+    } else {
+      return 0u;  // fp32 storage never takes half staging (no kernel is instantiated)
+    }
+  } else {
+    float psi, phi;
+    if constexpr (S == StorageCode::fp32) {
+      psi = raw.x;
+      phi = raw.y;
+    } else if constexpr (S == StorageCode::fp16) {
+      const __half2 h = *reinterpret_cast<const __half2*>(&raw);
+      psi = __low2float(h);
+      phi = __high2float(h);
+    } else {
+      const signed char code = static_cast<signed char>(raw & 0xffu);
+      if (code == int8_codes::psi_invalid) return make_float2(0.0f, 0.0f);
+      phi = float(static_cast<unsigned char>(raw >> 8));
+      psi = code == int8_codes::psi_exception ? find_exception(view, e, X, Y) : float(code);
+    }
+    if (!(phi > 0.0f)) return make_float2(0.0f, 0.0f);
+    return make_float2(psi, phi);
+  }
+}
+
+// --- Hopper bulk tensor copies (TMA) completing on shared-memory barriers ---------------------
+__device__ inline unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ inline void barrier_init(unsigned long long* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)));
+}
+__device__ inline void barrier_expect_bytes(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ inline void barrier_wait(unsigned long long* bar, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "wait_%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra wait_%=;\n}" ::"r"(shared_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Copies the box at (x, y, e) of the cube (zero fill outside it) into shared memory.
+__device__ inline void copy_window(void* dst, const CUtensorMap* map, int x, int y, int e,
+                                   unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(e), "r"(shared_address(bar))
+      : "memory");
+}
+
+// Sums one staged exposure into the thread's registers. N = velocities of the packet on this
+// thread's run (compile-time, so the register arrays stay registers). `window` points at the
+// thread's own origin in the exposure's window; offsets[i] (bytes) moves it along velocity i.
+template <bool Half, int RV, int RY, int Pitch, bool Skip, int N>
+__device__ inline void accumulate_exposure(const unsigned char* window, const int* offsets,
+                                           const float2* weights, float (&A)[RV][RY],
+                                           float (&B)[RV][RY]) {
+  using Stage = std::conditional_t<Half, unsigned int, float2>;
+  constexpr int row_bytes = Pitch * int(sizeof(Stage));
+  int off[RV];
+  if constexpr (RV % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < RV; i += 4) {
+      const int4 o = *reinterpret_cast<const int4*>(offsets + i);
+      off[i] = o.x;
+      off[i + 1] = o.y;
+      off[i + 2] = o.z;
+      off[i + 3] = o.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < RV; ++i) off[i] = offsets[i];
+  }
+  const float2 w = *weights;
+  float sx[RY], sy[RY];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const bool reload = !Skip || i == 0 || off[i] != off[i - 1];
+    if (reload) {
+#pragma unroll
+      for (int j = 0; j < RY; ++j) {
+        const unsigned char* at = window + off[i] + j * row_bytes;
+        float2 f;
+        if constexpr (Half) f = __half22float2(*reinterpret_cast<const __half2*>(at));
+        else f = *reinterpret_cast<const float2*>(at);
+        sx[j] = f.x;
+        sy[j] = f.y;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < RY; ++j) {
+      A[i][j] = fmaf(w.x, sx[j], A[i][j]);
+      B[i][j] = fmaf(w.y, sy[j], B[i][j]);
+    }
+  }
+}
+
+// Sums the exposures of one staged chunk (window, offsets and weights advance per exposure).
+template <bool Half, int RV, int RY, int Pitch, bool Skip, int N, int Packet>
+__device__ inline void accumulate_chunk(const unsigned char* window, int window_bytes, const int* offsets,
+                                        const float2* weights, int count, float (&A)[RV][RY],
+                                        float (&B)[RV][RY]) {
+  for (int c = 0; c < count; ++c)
+    accumulate_exposure<Half, RV, RY, Pitch, Skip, N>(window + c * window_bytes, offsets + c * Packet,
+                                                      weights + c, A, B);
+}
+
+template <StorageCode S, bool Half, bool Tma, int RV, int RY, int NWY, int NWV, int Pitch, bool Skip,
+          int MinBlocks>
+__global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks)
+    fast_gather_kernel(FastParams P) {
+  using Stage = std::conditional_t<Half, unsigned int, float2>;
+  using Raw = typename RawPair<S>::type;
+  // The TMA path sums straight from the copied pairs when they already are the staged type
+  // (the upload stores invalid fp32/fp16 pairs as zeros).
+  constexpr bool direct = Tma && ((S == StorageCode::fp32 && !Half) || (S == StorageCode::fp16 && Half));
+  constexpr int threads = warp_size * NWY * NWV;
+  constexpr int rows_per_block = NWY * RY;
+  constexpr int packet = RV * NWV;
+  constexpr int stage_bytes = int(sizeof(Stage));
+  constexpr int raw_bytes = int(sizeof(Raw));
+  static_assert(Pitch % 4 == 0 && Pitch >= warp_size && Pitch < 256, "window pitch");
+  static_assert(!Tma || (Pitch * raw_bytes) % 16 == 0, "bulk copy rows must be 16-byte multiples");
+
+  // Bulk tensor copies need 128-byte aligned destinations: align the dynamic base by hand (the
+  // plan reserves the 128 bytes this may skip).
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
+  unsigned char* smem = dynamic_smem + ((128u - (shared_address(dynamic_smem) & 127u)) & 127u);
+  __shared__ LocalDigest scratch[NWY * NWV];
+  __shared__ __align__(8) unsigned long long arrived[2];
+  const StackView& view = P.view;
+  const PacketTables& t = P.t;
+  const ScanOutputs& out = P.out;
+  const int window_bytes = P.window_elems * stage_bytes;
+  const int raw_window_bytes = P.window_elems * raw_bytes;
+  // Shared memory: [raw windows: TMA only, unless direct] [staged windows] [offsets] [weights].
+  unsigned char* raw_windows = smem;
+  unsigned char* staged = (Tma && !direct) ? smem + 2 * P.chunk * raw_window_bytes : smem;
+  int* offsets = reinterpret_cast<int*>(staged + 2 * P.chunk * window_bytes);
+  float2* weights = reinterpret_cast<float2*>(offsets + 2 * max_chunk * packet);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp_id = tid >> 5;
+  const int warp_y = warp_id % NWY, warp_v = warp_id / NWY;
+  const int group = blockIdx.z;
+  const int block_x0 = out.tile_x0 + blockIdx.x * warp_size;
+  const int block_y0 = out.tile_y0 + blockIdx.y * rows_per_block;
+  const int x = block_x0 + lane;
+  const int y0 = block_y0 + warp_y * RY;
+  const int E = t.exposures;
+  const int packets = t.x_groups * t.y_groups;
+  const int first = int((long long)packets * group / P.groups);
+  const int last = int((long long)packets * (group + 1) / P.groups);
+  const int chunks = (E + P.chunk - 1) / P.chunk;
+
+  if constexpr (Tma) {
+    if (tid == 0) {
+      barrier_init(&arrived[0]);
+      barrier_init(&arrived[1]);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      // The descriptor was copied to global memory by the host: acquire it for the copy engine.
+      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(P.map) : "memory");
+    }
+    __syncthreads();
+  }
+  unsigned parity = 0;  // bit b: the phase the next wait on arrived[b] expects
+
+  LocalDigest digest;
+  TopKBound bound[RY];
+
+  for (int p = first; p < last; ++p) {
+    const int gx = p % t.x_groups, gy = p / t.x_groups;
+    const int a0 = t.x_start[gx], na = t.x_count[gx];
+    const int b0 = t.y_start[gy], nb = t.y_count[gy];
+    const int rows = rows_per_block + t.y_span[gy];
+    const bool v_active = warp_v < nb;
+    const int* x_min = t.x_min + gx * E;
+    const int* y_min = t.y_min + gy * E;
+
+    // Per-exposure byte offsets of each packet velocity from the thread's origin, and weights.
+    auto write_offsets = [&](int ch, int buf) {
+      const int e0 = ch * P.chunk;
+      for (int q = tid; q < P.chunk * packet; q += threads) {
+        const int c = q / packet, k = q - c * packet;
+        const int e = e0 + c;
+        const int a = k % RV, b = k / RV;
+        int off = 0;
+        if (e < E && a < na && b < nb)
+          off = ((t.shift_y[(b0 + b) * E + e] - y_min[e]) * Pitch + (t.shift_x[(a0 + a) * E + e] - x_min[e])) *
+                stage_bytes;
+        offsets[(buf * max_chunk + c) * packet + k] = off;
+      }
+      for (int q = tid; q < P.chunk; q += threads) {
+        const int e = e0 + q;
+        weights[buf * max_chunk + q] =
+            e < E ? make_float2(view.psi_weight[e], view.phi_weight[e]) : make_float2(0.0f, 0.0f);
+      }
+    };
+    // TMA: one thread copies each exposure's window of a chunk.
+    auto issue_copies = [&](int ch, int buf) {
+      const int e0 = ch * P.chunk, count = min(P.chunk, E - e0);
+      barrier_expect_bytes(&arrived[buf], unsigned(count * P.window_rows * Pitch * raw_bytes));
+      for (int c = 0; c < count; ++c) {
+        const int e = e0 + c;
+        copy_window(raw_windows + (buf * P.chunk + c) * raw_window_bytes, P.map,
+                    block_x0 + x_min[e] - view.rect.x0, block_y0 + y_min[e] - view.rect.y0, e,
+                    &arrived[buf]);
+      }
+    };
+    auto wait_copies = [&](int buf) {
+      barrier_wait(&arrived[buf], (parity >> buf) & 1u);
+      parity ^= 1u << buf;
+    };
+    // TMA, not direct: copied raw pairs -> staged values.
+    auto decode_copies = [&](int ch, int buf) {
+      const int e0 = ch * P.chunk, count = min(P.chunk, E - e0);
+      for (int c = 0; c < count; ++c) {
+        const Raw* from = reinterpret_cast<const Raw*>(raw_windows + (buf * P.chunk + c) * raw_window_bytes);
+        Stage* to = reinterpret_cast<Stage*>(staged + (buf * P.chunk + c) * window_bytes);
+        const int e = e0 + c;
+        for (int i = tid; i < rows * Pitch; i += threads) {
+          const int wy = i / Pitch, col = i - wy * Pitch;
+          to[i] = stage_from_raw<S, Half>(view, from[i], e, block_x0 + x_min[e] + col, block_y0 + y_min[e] + wy);
+        }
+      }
+    };
+
+    // Register prefetch path: which window pixel each slot stages (the same for every chunk).
+    constexpr int slots = Tma ? 1 : prefetch_slots;
+    int slot[slots];
+    Raw raw[slots];
+    if constexpr (!Tma) {
+#pragma unroll
+      for (int s = 0; s < slots; ++s) {
+        const int i = tid + s * threads;
+        const int row = i / Pitch, col = i - row * Pitch;
+        const int c = row / rows, wy = row - c * rows;
+        slot[s] = c < P.chunk ? (c << 16) | (wy << 8) | col : -1;
+      }
+    }
+    auto load_chunk = [&](int ch) {
+      const int e0 = ch * P.chunk;
+#pragma unroll
+      for (int s = 0; s < slots; ++s) {
+        raw[s] = no_data<S>();
+        const int info = slot[s];
+        if (info < 0) continue;
+        const int e = e0 + (info >> 16);
+        if (e >= E) continue;
+        const int X = block_x0 + x_min[e] + (info & 0xff) - view.rect.x0;
+        const int Y = block_y0 + y_min[e] + ((info >> 8) & 0xff) - view.rect.y0;
+        if (static_cast<unsigned>(X) < static_cast<unsigned>(view.rect.width) &&
+            static_cast<unsigned>(Y) < static_cast<unsigned>(view.rect.height))
+          raw[s] = static_cast<const Raw*>(view.pairs)[(std::size_t(e) * view.rect.height + Y) * view.pitch + X];
+      }
+    };
+    auto store_chunk = [&](int ch, int buf) {
+      const int e0 = ch * P.chunk;
+#pragma unroll
+      for (int s = 0; s < slots; ++s) {
+        const int info = slot[s];
+        if (info < 0) continue;
+        const int c = info >> 16, wy = (info >> 8) & 0xff, col = info & 0xff;
+        const int e = e0 + c;
+        if (e >= E) continue;
+        reinterpret_cast<Stage*>(staged + (buf * P.chunk + c) * window_bytes)[wy * Pitch + col] =
+            stage_from_raw<S, Half>(view, raw[s], e, block_x0 + x_min[e] + col, block_y0 + y_min[e] + wy);
+      }
+      write_offsets(ch, buf);
+    };
+
+    float A[RV][RY], B[RV][RY];
+#pragma unroll
+    for (int i = 0; i < RV; ++i)
+#pragma unroll
+      for (int j = 0; j < RY; ++j) A[i][j] = B[i][j] = 0.0f;
+
+    auto accumulate = [&](int ch, int buf) {
+      if (!v_active) return;
+      const int count = min(P.chunk, E - ch * P.chunk);
+      const unsigned char* window =
+          staged + std::size_t(buf * P.chunk) * window_bytes + (warp_y * RY * Pitch + lane) * stage_bytes;
+      const int* off = offsets + buf * max_chunk * packet + warp_v * RV;
+      const float2* w = weights + buf * max_chunk;
+      if (na == RV) {
+        accumulate_chunk<Half, RV, RY, Pitch, Skip, RV, packet>(window, window_bytes, off, w, count, A, B);
+      } else if (na == RV - 1) {
+        accumulate_chunk<Half, RV, RY, Pitch, Skip, (RV > 1 ? RV - 1 : 1), packet>(window, window_bytes, off, w,
+                                                                                  count, A, B);
+      } else {
+        // Short runs (small grids cut unevenly): every slot, the extra ones discarded.
+        accumulate_chunk<Half, RV, RY, Pitch, false, RV, packet>(window, window_bytes, off, w, count, A, B);
+      }
+    };
+
+    if constexpr (direct) {
+      if (tid == 0) {
+        issue_copies(0, 0);
+        if (chunks > 1) issue_copies(1, 1);
+      }
+      write_offsets(0, 0);
+      if (chunks > 1) write_offsets(1, 1);
+      __syncthreads();
+      for (int ch = 0; ch < chunks; ++ch) {
+        const int buf = ch & 1;
+        wait_copies(buf);
+        accumulate(ch, buf);
+        __syncthreads();
+        if (ch + 2 < chunks) {
+          if (tid == 0) issue_copies(ch + 2, buf);
+          write_offsets(ch + 2, buf);
+        }
+      }
+    } else if constexpr (Tma) {
+      if (tid == 0) {
+        issue_copies(0, 0);
+        if (chunks > 1) issue_copies(1, 1);
+      }
+      wait_copies(0);
+      decode_copies(0, 0);
+      write_offsets(0, 0);
+      __syncthreads();
+      for (int ch = 0; ch < chunks; ++ch) {
+        const int buf = ch & 1;
+        accumulate(ch, buf);
+        if (ch + 1 < chunks) {
+          wait_copies(buf ^ 1);
+          decode_copies(ch + 1, buf ^ 1);
+          write_offsets(ch + 1, buf ^ 1);
+        }
+        __syncthreads();
+        if (ch + 2 < chunks && tid == 0) issue_copies(ch + 2, buf);
+      }
+    } else {
+      load_chunk(0);
+      store_chunk(0, 0);
+      __syncthreads();
+      for (int ch = 0; ch < chunks; ++ch) {
+        const int buf = ch & 1;
+        if (ch + 1 < chunks) load_chunk(ch + 1);
+        accumulate(ch, buf);
+        if (ch + 1 < chunks) store_chunk(ch + 1, buf ^ 1);
+        __syncthreads();
+      }
+    }
+
+    if (v_active) {
+      const int b = b0 + warp_v;
+#pragma unroll
+      for (int j = 0; j < RY; ++j) {
+        const int y = y0 + j;
+        const bool origin_in = x < out.tile_x0 + out.tile_width && y < out.tile_y0 + out.tile_height;
+        if (!origin_in) continue;
+        TopKEntry* list = out.top_k > 0 ? topk_list(out, x, y, group * NWV + warp_v) : nullptr;
+#pragma unroll
+        for (int i = 0; i < RV; ++i)
+          if (i < na)
+            finish_trial(out, digest, A[i][j], B[i][j], x, y, b * t.vx_count + a0 + i, list, &bound[j]);
+      }
+    }
+  }
+  const long long key = block_key(out, group, block_x0, block_y0, warp_size, rows_per_block);
+  write_block_digest(out, digest, key, scratch);
+}
+
+using FastKernel = void (*)(FastParams);
+
+struct FastVariant {
+  FastVariantInfo info;
+  FastKernel kernel[3];  // per StorageCode; null where the staging cannot hold that storage
+};
+
+template <bool Half, bool Tma, int RV, int RY, int NWY, int NWV, int Pitch, bool Skip, int MinBlocks = 1>
+FastVariant make_variant() {
+  FastVariant v;
+  std::string name = std::string(Half ? "h16" : "f32") + (Tma ? "t" : "") + (Skip ? "s" : "") + "-v" +
+                     std::to_string(RV) + "r" + std::to_string(RY) + "-w" + std::to_string(NWY) + "x" +
+                     std::to_string(NWV) + "-p" + std::to_string(Pitch) +
+                     (MinBlocks > 1 ? "-b" + std::to_string(MinBlocks) : "");
+  v.info = FastVariantInfo{name, Half, Skip, Tma, RV, RY, NWY, NWV, Pitch};
+  if constexpr (Half) {
+    v.kernel[0] = nullptr;
+  } else {
+    v.kernel[0] = fast_gather_kernel<StorageCode::fp32, Half, Tma, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
+  }
+  v.kernel[1] = fast_gather_kernel<StorageCode::fp16, Half, Tma, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
+  v.kernel[2] = fast_gather_kernel<StorageCode::int8, Half, Tma, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
+  return v;
+}
+
+// The sweep's candidates, in the order the automatic choice tries them (fastest measured first
+// within each staging format; see bench/RESULTS.md). Names: h16 = half staging, f32 = float
+// staging; t = bulk tensor copies (else register prefetch); s = reuse on equal shifts;
+// vR rY = velocities x origin rows per thread; wA x B = warps along rows x along vy; pN = pitch.
+// The last ones accept coarse grids whose neighbouring velocities drift far apart.
+const std::vector<FastVariant>& variants() {
+  static const std::vector<FastVariant> list = {
+      make_variant<true, true, 8, 2, 4, 4, 40, false>(),
+      make_variant<true, true, 8, 2, 4, 4, 40, true>(),
+      make_variant<true, false, 8, 2, 4, 4, 40, false>(),
+      make_variant<true, false, 8, 2, 4, 2, 40, false, 2>(),
+      make_variant<true, true, 8, 2, 4, 2, 40, false, 2>(),
+      make_variant<true, true, 8, 2, 2, 4, 40, false, 2>(),
+      make_variant<true, true, 16, 1, 8, 2, 48, false>(),
+      make_variant<true, true, 4, 4, 2, 8, 40, false>(),
+      make_variant<false, true, 8, 2, 4, 4, 40, false>(),
+      make_variant<false, true, 8, 2, 4, 4, 40, true>(),
+      make_variant<false, false, 8, 2, 4, 4, 40, false>(),
+      make_variant<false, false, 8, 2, 4, 4, 40, true>(),
+      make_variant<false, false, 8, 2, 4, 2, 40, false, 2>(),
+      make_variant<false, true, 8, 2, 4, 2, 40, false, 2>(),
+      make_variant<false, true, 8, 2, 2, 4, 40, false, 2>(),
+      make_variant<false, true, 16, 1, 8, 2, 48, false>(),
+      make_variant<false, true, 8, 4, 2, 4, 40, false>(),
+      make_variant<true, true, 8, 2, 4, 4, 64, false>(),
+      make_variant<false, true, 8, 2, 4, 4, 64, false>(),
+      make_variant<false, false, 2, 2, 4, 4, 64, false>(),
+  };
+  return list;
+}
+
+std::mutex& variant_lock() {
+  static std::mutex m;
+  return m;
+}
+std::string& forced_variant() {
+  static std::string name;
+  return name;
+}
+std::string& last_variant() {
+  static std::string name;
+  return name;
+}
+
+int storage_index(Encoding e) { return e == Encoding::fp32 ? 0 : e == Encoding::fp16 ? 1 : 2; }
+
+// How a variant would run an input: its chunk and shared memory, or why it cannot.
+struct VariantPlan {
+  const FastVariant* variant = nullptr;
+  std::string problem;  // empty when it can run
+  int chunk = 0, window_rows = 0, window_elems = 0, shared_bytes = 0;
+};
+
+VariantPlan plan_variant(const FastVariant& v, const EncodedStack& stack, const AxisRuns& x,
+                         const AxisRuns& y) {
+  VariantPlan plan;
+  plan.variant = &v;
+  const FastVariantInfo& i = v.info;
+  if (i.tma && std::getenv("SHIFTSTACK_FAST_NO_TMA")) {
+    plan.problem = "bulk tensor copies disabled by SHIFTSTACK_FAST_NO_TMA";
+    return plan;
+  }
+  if (!v.kernel[storage_index(stack.encoding)]) {
+    plan.problem = "half-precision staging holds fp16 and int8 storage only";
+    return plan;
+  }
+  if (i.half_staging && stack.encoding == Encoding::int8 && !stack.exceptions.empty()) {
+    plan.problem = "int8 exceptions need float staging for their exact values";
+    return plan;
+  }
+  if (warp_size + x.max_span > i.pitch) {
+    plan.problem = "neighbouring velocities drift " + std::to_string(x.max_span) +
+                   " px apart along x within a packet, more than the pitch allows (" +
+                   std::to_string(i.pitch - warp_size) + ")";
+    return plan;
+  }
+  plan.window_rows = i.warps_y * i.rows_per_thread + y.max_span;
+  if (plan.window_rows > 255) {
+    plan.problem = "packet footprint too tall (" + std::to_string(plan.window_rows) + " rows)";
+    return plan;
+  }
+  const int threads = warp_size * i.warps_y * i.warps_v;
+  // Windows padded to 64 pairs keep every bulk copy destination 128-byte aligned.
+  plan.window_elems = (plan.window_rows * i.pitch + 63) / 64 * 64;
+  const int stage_bytes = i.half_staging ? 4 : 8;
+  const int raw_bytes = int(stack.bytes_per_pair());
+  const bool direct = i.tma && ((stack.encoding == Encoding::fp32 && !i.half_staging) ||
+                                (stack.encoding == Encoding::fp16 && i.half_staging));
+  const int packet = i.vx_per_thread * i.warps_v;
+  const int fixed = 2 * max_chunk * packet * 4 + 2 * max_chunk * int(sizeof(float2));
+  const int per_exposure = 2 * plan.window_elems * (stage_bytes + (i.tma && !direct ? raw_bytes : 0));
+  plan.chunk = std::min(max_chunk, (max_shared_memory_per_block() - fixed - 128) / per_exposure);
+  if (!i.tma) plan.chunk = std::min(plan.chunk, prefetch_slots * threads / (plan.window_rows * i.pitch));
+  if (plan.chunk < 1) {
+    plan.problem = "packet footprint exceeds shared memory or the block's prefetch registers";
+    return plan;
+  }
+  plan.shared_bytes = fixed + plan.chunk * per_exposure + 128;  // + alignment slack
+  return plan;
+}
+
+// Bulk-copy descriptor of the device cube: boxes of (pitch x window rows x 1 exposure) pairs.
+CUtensorMap window_map(const StackView& view, int box_columns, int box_rows) {
+  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
+  static Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    SHIFTSTACK_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                           cudaEnableDefault, &status));
+    require(status == cudaDriverEntryPointSuccess && fn != nullptr,
+            "cuda-fast: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<Encode>(fn);
+  }();
+  CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT64;  // an fp32 (psi, phi) pair
+  std::size_t bytes = 8;
+  if (view.storage == StorageCode::fp16) type = CU_TENSOR_MAP_DATA_TYPE_UINT32, bytes = 4;
+  if (view.storage == StorageCode::int8) type = CU_TENSOR_MAP_DATA_TYPE_UINT16, bytes = 2;
+  const cuuint64_t dims[3] = {cuuint64_t(view.rect.width), cuuint64_t(view.rect.height),
+                              cuuint64_t(view.exposures)};
+  const cuuint64_t strides[2] = {cuuint64_t(view.pitch) * bytes,
+                                 cuuint64_t(view.pitch) * bytes * cuuint64_t(view.rect.height)};
+  const cuuint32_t box[3] = {cuuint32_t(box_columns), cuuint32_t(box_rows), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  CUtensorMap map;
+  const CUresult r = encode(&map, type, 3, const_cast<void*>(view.pairs), dims, strides, box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  require(r == CUDA_SUCCESS, "cuda-fast: cuTensorMapEncodeTiled failed with error " + std::to_string(int(r)));
+  return map;
+}
+
+// The order in which the automatic choice tries variants: those named in the environment
+// variable SHIFTSTACK_FAST_PREFER (comma-separated) first, then the built-in order.
+std::vector<const FastVariant*> preference_order() {
+  std::vector<const FastVariant*> order;
+  if (const char* prefer = std::getenv("SHIFTSTACK_FAST_PREFER")) {
+    std::string list = prefer;
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t end = std::min(list.find(',', start), list.size());
+      const std::string name = list.substr(start, end - start);
+      bool known = name.empty();
+      for (const FastVariant& v : variants())
+        if (v.info.name == name) {
+          order.push_back(&v);
+          known = true;
+        }
+      require(known, "SHIFTSTACK_FAST_PREFER names an unknown cuda-fast variant '" + name + "'");
+      start = end + 1;
+    }
+  }
+  for (const FastVariant& v : variants())
+    if (std::find(order.begin(), order.end(), &v) == order.end()) order.push_back(&v);
+  return order;
+}
+
+// Picks the forced variant or the first one in preference order that can run the input.
+VariantPlan choose_variant(const SearchInput& input, PacketTableSet* tables) {
+  std::string forced;
+  {
+    std::lock_guard guard(variant_lock());
+    forced = forced_variant();
+  }
+  const SeparableShifts s = integer_shifts(*input.bank);
+  const int E = input.bank->exposures();
+  std::string problems;
+  bool named = false;
+  for (const FastVariant* v : preference_order()) {
+    if (!forced.empty() && v->info.name != forced) continue;
+    named = true;
+    const AxisRuns x = cut_axis(s.x, int(input.bank->vx_count()), E, v->info.vx_per_thread);
+    const AxisRuns y = cut_axis(s.y, int(input.bank->vy_count()), E, v->info.warps_v);
+    VariantPlan plan = plan_variant(*v, *input.stack, x, y);
+    if (plan.problem.empty()) {
+      if (tables) tables->build(*input.bank, v->info.vx_per_thread, v->info.warps_v);
+      return plan;
+    }
+    problems += (problems.empty() ? "" : "; ") + v->info.name + ": " + plan.problem;
+  }
+  VariantPlan none;
+  none.problem = named ? problems : "no cuda-fast variant named '" + forced + "'";
+  return none;
+}
+
+class FastMethod final : public GatherMethod {
+ public:
+  GatherGeometry prepare(const SearchInput& input) override {
+    plan_ = choose_variant(input, &tables_);
+    require(plan_.problem.empty(), "cuda-fast cannot run this input: " + plan_.problem);
+    const FastVariantInfo& i = plan_.variant->info;
+    kernel_ = plan_.variant->kernel[storage_index(input.stack->encoding)];
+    threads_ = warp_size * i.warps_y * i.warps_v;
+    rows_ = i.warps_y * i.rows_per_thread;
+    SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               plan_.shared_bytes));
+    int per_sm = 0;
+    SHIFTSTACK_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, threads_, plan_.shared_bytes));
+    require(per_sm > 0, "cuda-fast: variant " + i.name + " does not fit on a multiprocessor");
+    const long long origin_blocks = (long long)((input.region.width + warp_size - 1) / warp_size) *
+                                    ((input.region.height + rows_ - 1) / rows_);
+    groups_ = velocity_groups(tables_.packets(), origin_blocks, multiprocessor_count(), per_sm, 64 / i.warps_v);
+    {
+      std::lock_guard guard(variant_lock());
+      last_variant() = i.name;
+    }
+    return GatherGeometry{warp_size, rows_, groups_, groups_ * i.warps_v};
+  }
+
+  void scan(const StackView& view, const ScanOutputs& out, cudaStream_t stream) override {
+    const FastVariantInfo& i = plan_.variant->info;
+    FastParams params{view, tables_.tables(), out, groups_, plan_.chunk, plan_.window_rows, plan_.window_elems,
+                      nullptr};
+    if (i.tma) {
+      const CUtensorMap map = window_map(view, i.pitch, plan_.window_rows);
+      map_.resize(1);
+      SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(map_.get(), &map, sizeof map, cudaMemcpyHostToDevice, stream));
+      params.map = map_.get();
+    }
+    const dim3 grid((out.tile_width + warp_size - 1) / warp_size, (out.tile_height + rows_ - 1) / rows_,
+                    groups_);
+    kernel_<<<grid, threads_, plan_.shared_bytes, stream>>>(params);
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
+
+  ShiftSource shifts() const override {
+    ShiftSource s;
+    s.exposures = tables_.tables().exposures;
+    s.table_x = tables_.tables().shift_x;
+    s.table_y = tables_.tables().shift_y;
+    s.vx_count = tables_.tables().vx_count;
+    return s;
+  }
+
+ private:
+  PacketTableSet tables_;
+  VariantPlan plan_;
+  FastKernel kernel_ = nullptr;
+  DeviceArray<CUtensorMap> map_;
+  int threads_ = 0, rows_ = 0, groups_ = 1;
+};
+
+class FastEngine final : public Engine {
+ public:
+  std::string name() const override { return "cuda-fast"; }
+  std::string unsupported_reason(const SearchInput& input) const override {
+    if (input.bank->mode != ShiftMode::integer) return fractional_unsupported_reason();
+    if (!input.bank->is_cartesian())
+      return "cuda-fast relies on separable shift tables of a Cartesian velocity grid; use "
+             "cuda-serial for velocity lists";
+    const VariantPlan plan = choose_variant(input, nullptr);
+    if (!plan.problem.empty()) return "no cuda-fast variant fits this bank (" + plan.problem + "); use cuda-tiled";
+    return {};
+  }
+  SearchResult search(const SearchInput& input) override {
+    FastMethod method;
+    return run_gather(method, input);
+  }
+};
+
+}  // namespace
+
+const std::vector<FastVariantInfo>& fast_variants() {
+  static const std::vector<FastVariantInfo> infos = [] {
+    std::vector<FastVariantInfo> list;
+    for (const FastVariant& v : variants()) list.push_back(v.info);
+    return list;
+  }();
+  return infos;
+}
+
+void set_fast_variant(const std::string& name) {
+  std::lock_guard guard(variant_lock());
+  forced_variant() = name;
+}
+
+std::string last_fast_variant() {
+  std::lock_guard guard(variant_lock());
+  return last_variant();
+}
+
+}  // namespace cuda
+
+void register_cuda_fast_engine() {
+  register_engine({"cuda-fast",
+                   "GPU fair gather: velocity packets staged once per exposure chunk in shared memory, "
+                   "sums in registers, integer offsets, fused scoring, candidates and top-k",
+                   true, 40, [] { return std::make_unique<cuda::FastEngine>(); }, cuda_device_available});
+}
+
+}  // namespace shiftstack

@@ -1,0 +1,172 @@
+// What every CUDA gather does with a finished trial (A, B): score it, fold it into the block's
+// partial digest, append it to the compact candidate list when above threshold, and offer it to
+// the thread's top-k list for its origin. Shared by cuda-serial, cuda-tiled and cuda-fast.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <climits>
+#include <cstdint>
+
+namespace shiftstack::cuda {
+
+// A block's share of the digest; the host merges them in a fixed order (block key order), so the
+// digest is the same run after run and with or without spatial tiling.
+struct PartialDigest {
+  double sumA, sumB;
+  long long count, scored;
+  float maxZ;
+  int velocity, x, y;  // argmax; velocity = -1 when nothing was scored
+};
+
+// One entry of a top-k list (the origin is implied by the list). Lists are sorted best first;
+// an empty slot has velocity = INT_MAX and Z = -inf.
+struct TopKEntry {
+  float Z;
+  int velocity;
+  float A, B;
+};
+
+// A compact candidate: every trial with Z above the candidate threshold.
+struct CandidateRecord {
+  int x, y, velocity;
+  float A, B, Z;
+};
+
+// Where the kernels write. Origins are full-image pixels; the current spatial tile is
+// [tile_x0, tile_x0 + tile_width) x [tile_y0, tile_y0 + tile_height).
+struct ScanOutputs {
+  double z_thr;                   // digest threshold
+  PartialDigest* partials;        // indexed by block key (see block_key())
+  int region_x0, region_y0;       // the search region's corner
+  int blocks_x, blocks_y;         // block grid over the whole region (per velocity group)
+  int tile_x0, tile_y0, tile_width, tile_height;
+
+  bool collect;                   // compact candidate list on?
+  double candidate_threshold;
+  CandidateRecord* candidates;
+  unsigned long long* candidate_count;  // may exceed capacity: the host then grows and reruns
+  unsigned long long candidate_capacity;
+
+  int top_k;                      // 0 = off
+  int lists_per_origin;           // thread-private partial lists, merged afterwards
+  TopKEntry* lists;               // [tile origin][list][top_k], tile origin = row-major in tile
+};
+
+__device__ inline bool better_entry(float za, int va, float zb, int vb) {
+  return za > zb || (za == zb && va < vb);
+}
+
+// Index of the block's partial digest: (group, block row, block column) over the whole region,
+// so that a spatial tile writes exactly the slots the untiled run would.
+__device__ inline long long block_key(const ScanOutputs& out, int group, int origin_block_x0,
+                                      int origin_block_y0, int block_width, int block_height) {
+  const int bx = (origin_block_x0 - out.region_x0) / block_width;
+  const int by = (origin_block_y0 - out.region_y0) / block_height;
+  return (static_cast<long long>(group) * out.blocks_y + by) * out.blocks_x + bx;
+}
+
+__device__ inline TopKEntry* topk_list(const ScanOutputs& out, int x, int y, int list) {
+  const long long origin =
+      static_cast<long long>(y - out.tile_y0) * out.tile_width + (x - out.tile_x0);
+  return out.lists + (origin * out.lists_per_origin + list) * out.top_k;
+}
+
+// The k-th entry of a thread's list, kept in registers so most offers cost one comparison.
+struct TopKBound {
+  float Z = -FLT_MAX;
+  int velocity = INT_MAX;
+};
+
+// Inserts (Z, v) into a sorted list of k entries if it beats the last one.
+__device__ inline void topk_offer(TopKEntry* list, int k, TopKBound& bound, float Z, int v, float A,
+                                  float B) {
+  if (!better_entry(Z, v, bound.Z, bound.velocity)) return;
+  int i = k - 1;
+  while (i > 0) {
+    const TopKEntry previous = list[i - 1];
+    if (!better_entry(Z, v, previous.Z, previous.velocity)) break;
+    list[i] = previous;
+    --i;
+  }
+  list[i] = TopKEntry{Z, v, A, B};
+  const TopKEntry last = list[k - 1];
+  bound.Z = last.velocity == INT_MAX ? -FLT_MAX : last.Z;
+  bound.velocity = last.velocity;
+}
+
+// Per-thread digest accumulation (fixed order within the thread).
+struct LocalDigest {
+  double sumA = 0, sumB = 0;
+  long long count = 0, scored = 0;
+  float maxZ = -FLT_MAX;
+  int velocity = -1, x = 0, y = 0;
+
+  __device__ void offer_max(float Z, int v, int ox, int oy) {
+    // Ties go to the smaller (velocity, y, x), as Digest::merge does.
+    const bool better =
+        velocity < 0 || Z > maxZ ||
+        (Z == maxZ && (v < velocity || (v == velocity && (oy < y || (oy == y && ox < x)))));
+    if (better) {
+      maxZ = Z;
+      velocity = v;
+      x = ox;
+      y = oy;
+    }
+  }
+  __device__ void merge(const LocalDigest& o) {
+    sumA += o.sumA;
+    sumB += o.sumB;
+    count += o.count;
+    scored += o.scored;
+    if (o.velocity >= 0) offer_max(o.maxZ, o.velocity, o.x, o.y);
+  }
+};
+
+// Scores one finished trial. Returns Z (or -inf when B <= 0: not scored).
+__device__ inline void finish_trial(const ScanOutputs& out, LocalDigest& digest, float A, float B,
+                                    int x, int y, int v, TopKEntry* list, TopKBound* bound) {
+  if (!(B > 0.0f)) return;  // Z undefined: not scored (SPEC 1)
+  const float Z = A / sqrtf(B);
+  digest.sumA += A;
+  digest.sumB += B;
+  ++digest.scored;
+  if (double(Z) > out.z_thr) ++digest.count;
+  digest.offer_max(Z, v, x, y);
+  if (out.collect && double(Z) > out.candidate_threshold) {
+    const unsigned long long slot = atomicAdd(out.candidate_count, 1ull);
+    if (slot < out.candidate_capacity) out.candidates[slot] = CandidateRecord{x, y, v, A, B, Z};
+  }
+  if (list) topk_offer(list, out.top_k, *bound, Z, v, A, B);
+}
+
+// Block-wide reduction of the threads' digests in a fixed order; thread 0 writes the partial.
+// `scratch` holds one LocalDigest per warp. Every thread of the block must call it.
+__device__ inline void write_block_digest(const ScanOutputs& out, LocalDigest d, long long key,
+                                          LocalDigest* scratch) {
+  const unsigned full = 0xffffffffu;
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    LocalDigest o;
+    o.sumA = __shfl_down_sync(full, d.sumA, offset);
+    o.sumB = __shfl_down_sync(full, d.sumB, offset);
+    o.count = __shfl_down_sync(full, d.count, offset);
+    o.scored = __shfl_down_sync(full, d.scored, offset);
+    o.maxZ = __shfl_down_sync(full, d.maxZ, offset);
+    o.velocity = __shfl_down_sync(full, d.velocity, offset);
+    o.x = __shfl_down_sync(full, d.x, offset);
+    o.y = __shfl_down_sync(full, d.y, offset);
+    d.merge(o);
+  }
+  const int thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const int warps = (blockDim.x * blockDim.y * blockDim.z + 31) / 32;
+  if ((thread & 31) == 0) scratch[thread >> 5] = d;
+  __syncthreads();
+  if (thread == 0) {
+    LocalDigest total = scratch[0];
+    for (int w = 1; w < warps; ++w) total.merge(scratch[w]);
+    out.partials[key] = PartialDigest{total.sumA, total.sumB, total.count, total.scored,
+                                      total.maxZ, total.velocity, total.x, total.y};
+  }
+}
+
+}  // namespace shiftstack::cuda

@@ -1,0 +1,129 @@
+// cuda-serial: the auditable KBMOD-style gather. 128x2 thread blocks, one origin per thread,
+// serial loops over velocities and exposures, trajectory coordinates in FP64 (rounded exactly as
+// the CPU rounds them), FP32 sums, every encoding decoded per sample from device memory.
+#include <memory>
+#include <vector>
+
+#include "cuda/check.cuh"
+#include "cuda/device_buffer.cuh"
+#include "cuda/gather_driver.cuh"
+#include "cuda/gather_engines.hpp"
+#include "engine_registry.hpp"
+
+namespace shiftstack {
+
+namespace cuda {
+namespace {
+
+// KBMOD's block shape: 128 neighbouring origins along x (coalesced reads) by 2 rows.
+constexpr int serial_block_x = 128;
+constexpr int serial_block_y = 2;
+constexpr int serial_warps = serial_block_x * serial_block_y / 32;
+
+template <StorageCode S>
+__global__ void __launch_bounds__(serial_block_x* serial_block_y)
+    serial_gather_kernel(StackView view, ShiftSource shifts, int velocities, ScanOutputs out) {
+  __shared__ LocalDigest scratch[serial_warps];
+  const int block_x0 = out.tile_x0 + blockIdx.x * serial_block_x;
+  const int block_y0 = out.tile_y0 + blockIdx.y * serial_block_y;
+  const int x = block_x0 + threadIdx.x, y = block_y0 + threadIdx.y;
+  const bool active = x < out.tile_x0 + out.tile_width && y < out.tile_y0 + out.tile_height;
+  LocalDigest digest;
+  if (active) {
+    TopKEntry* list = out.top_k > 0 ? topk_list(out, x, y, 0) : nullptr;
+    TopKBound bound;
+    for (int v = 0; v < velocities; ++v) {
+      const double vx = shifts.vx[v], vy = shifts.vy[v];
+      float A = 0.0f, B = 0.0f;
+      for (int e = 0; e < view.exposures; ++e) {
+        const double dt = shifts.dt[e];
+        const int px = x + round_shift_fp64(vx, dt, shifts.curve_x[e]);
+        const int py = y + round_shift_fp64(vy, dt, shifts.curve_y[e]);
+        const RawSample r = decode_pixel<S>(view, e, px, py);
+        if (r.valid) {
+          // Weighted sample rounded to float first, as shiftstack::decode() hands it over.
+          A += __fmul_rn(view.psi_weight[e], r.psi);
+          B += __fmul_rn(view.phi_weight[e], r.phi);
+        }
+      }
+      finish_trial(out, digest, A, B, x, y, v, list, &bound);
+    }
+  }
+  const long long key = block_key(out, 0, block_x0, block_y0, serial_block_x, serial_block_y);
+  write_block_digest(out, digest, key, scratch);
+}
+
+class SerialMethod final : public GatherMethod {
+ public:
+  GatherGeometry prepare(const SearchInput& input) override {
+    const MotionBank& bank = *input.bank;
+    const int E = bank.exposures();
+    velocities_ = int(bank.size());
+    std::vector<double> dt(E), cx(E), cy(E), vx(velocities_), vy(velocities_);
+    for (int e = 0; e < E; ++e) {
+      dt[e] = bank.dt(e);
+      cx[e] = bank.curve_at_x(e);
+      cy[e] = bank.curve_at_y(e);
+    }
+    for (int v = 0; v < velocities_; ++v) {
+      const Velocity vel = bank.velocity(std::size_t(v));
+      vx[v] = vel.vx;
+      vy[v] = vel.vy;
+    }
+    dt_.upload(dt);
+    cx_.upload(cx);
+    cy_.upload(cy);
+    vx_.upload(vx);
+    vy_.upload(vy);
+    shifts_ = ShiftSource{};
+    shifts_.exposures = E;
+    shifts_.dt = dt_.get();
+    shifts_.curve_x = cx_.get();
+    shifts_.curve_y = cy_.get();
+    shifts_.vx = vx_.get();
+    shifts_.vy = vy_.get();
+    return GatherGeometry{serial_block_x, serial_block_y, 1, 1};
+  }
+
+  void scan(const StackView& view, const ScanOutputs& out, cudaStream_t stream) override {
+    const dim3 block(serial_block_x, serial_block_y);
+    const dim3 grid((out.tile_width + serial_block_x - 1) / serial_block_x,
+                    (out.tile_height + serial_block_y - 1) / serial_block_y);
+    dispatch_storage(view.storage, [&]<StorageCode S>() {
+      serial_gather_kernel<S><<<grid, block, 0, stream>>>(view, shifts_, velocities_, out);
+      SHIFTSTACK_CUDA_CHECK_LAUNCH();
+    });
+  }
+
+  ShiftSource shifts() const override { return shifts_; }
+
+ private:
+  int velocities_ = 0;
+  DeviceArray<double> dt_, cx_, cy_, vx_, vy_;
+  ShiftSource shifts_;
+};
+
+class SerialEngine final : public Engine {
+ public:
+  std::string name() const override { return "cuda-serial"; }
+  std::string unsupported_reason(const SearchInput& input) const override {
+    if (input.bank->mode != ShiftMode::integer) return fractional_unsupported_reason();
+    return {};
+  }
+  SearchResult search(const SearchInput& input) override {
+    SerialMethod method;
+    return run_gather(method, input);
+  }
+};
+
+}  // namespace
+}  // namespace cuda
+
+void register_cuda_serial_engine() {
+  register_engine({"cuda-serial",
+                   "GPU, KBMOD-style: 128x2 blocks, one origin per thread, FP64 coordinates, FP32 sums",
+                   true, 20, [] { return std::make_unique<cuda::SerialEngine>(); },
+                   cuda_device_available});
+}
+
+}  // namespace shiftstack

@@ -1,0 +1,292 @@
+// Forward half of the Fourier route: the encoded stack on the device, decode into zero-padded
+// weighted planes, the informative-sample bitmap, forward FFTs, FP16 spectra with per-frequency
+// scales. Layouts in spectra.cuh.
+#include <algorithm>
+
+#include "spectra.cuh"
+#include "warp_mma.cuh"
+
+namespace shiftstack::cuda {
+
+const char* cufft_status_name(cufftResult status) {
+  switch (status) {
+    case CUFFT_SUCCESS: return "CUFFT_SUCCESS";
+    case CUFFT_INVALID_PLAN: return "CUFFT_INVALID_PLAN";
+    case CUFFT_ALLOC_FAILED: return "CUFFT_ALLOC_FAILED";
+    case CUFFT_INVALID_TYPE: return "CUFFT_INVALID_TYPE";
+    case CUFFT_INVALID_VALUE: return "CUFFT_INVALID_VALUE";
+    case CUFFT_INTERNAL_ERROR: return "CUFFT_INTERNAL_ERROR";
+    case CUFFT_EXEC_FAILED: return "CUFFT_EXEC_FAILED";
+    case CUFFT_SETUP_FAILED: return "CUFFT_SETUP_FAILED";
+    case CUFFT_INVALID_SIZE: return "CUFFT_INVALID_SIZE";
+    default: return "cuFFT status (see cufft.h)";
+  }
+}
+
+const char* cublas_status_name(cublasStatus_t status) { return cublasGetStatusName(status); }
+
+void FftPlan::make(int nx, int ny, int batch, bool forward, cudaStream_t stream) {
+  if (matches(nx, ny, batch, forward)) return;
+  if (made_) SHIFTSTACK_CUFFT_CHECK(cufftDestroy(handle_));
+  made_ = false;
+  const int nyh = ny / 2 + 1;
+  int n[2] = {nx, ny};
+  int real_embed[2] = {nx, 2 * nyh};  // in place: real rows padded to 2 nyh floats
+  int complex_embed[2] = {nx, nyh};
+  const int real_dist = nx * 2 * nyh, complex_dist = nx * nyh;
+  if (forward)
+    SHIFTSTACK_CUFFT_CHECK(cufftPlanMany(&handle_, 2, n, real_embed, 1, real_dist, complex_embed, 1,
+                                         complex_dist, CUFFT_R2C, batch));
+  else
+    SHIFTSTACK_CUFFT_CHECK(cufftPlanMany(&handle_, 2, n, complex_embed, 1, complex_dist, real_embed, 1,
+                                         real_dist, CUFFT_C2R, batch));
+  SHIFTSTACK_CUFFT_CHECK(cufftSetStream(handle_, stream));
+  made_ = true;
+  nx_ = nx, ny_ = ny, batch_ = batch, forward_ = forward;
+}
+
+SpectralState::SpectralState() {
+  SHIFTSTACK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (auto& e : events) SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&e));
+}
+
+SpectralState::~SpectralState() {
+  for (auto& e : events) cudaEventDestroy(e);
+  for (auto& e : chunk_events) cudaEventDestroy(e);
+  if (stream) cudaStreamDestroy(stream);
+}
+
+void upload_stack(SpectralState& s, const EncodedStack& stack) {
+  if (s.stack_id == stack.id && stack.id != 0) return;
+  s.stack_id = 0;
+  s.encoding = stack.encoding;
+  switch (stack.encoding) {
+    case Encoding::fp32:
+      s.payload.upload(reinterpret_cast<const unsigned char*>(stack.fp32.data()), stack.fp32.size() * 4, s.stream);
+      break;
+    case Encoding::fp16:
+      s.payload.upload(reinterpret_cast<const unsigned char*>(stack.fp16.data()), stack.fp16.size() * 2, s.stream);
+      break;
+    case Encoding::int8:
+      s.payload.upload(reinterpret_cast<const unsigned char*>(stack.int8.data()), stack.int8.size(), s.stream);
+      break;
+  }
+  const std::size_t expected = stack.plane_size() * stack.exposures * stack.bytes_per_pair();
+  require(s.payload.size() == expected, "encoded stack payload has " + std::to_string(s.payload.size()) +
+                                            " bytes, expected " + std::to_string(expected));
+  s.psi_weight.upload(stack.psi_weight, s.stream);
+  s.phi_weight.upload(stack.phi_weight, s.stream);
+  s.exceptions.upload(stack.exceptions, s.stream);
+  SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  s.stack_id = stack.id;
+}
+
+namespace {
+
+constexpr int kTile = 32;  // transpose tiles: 32 x 32 pixels, 32 x 8 threads
+
+struct DecodeInputs {
+  Encoding encoding;
+  const unsigned char* payload;
+  const float* psi_weight;
+  const float* phi_weight;
+  const EncodingException* exceptions;
+  int exception_count;
+  int width, height;
+};
+
+// One decoded sample, weighted; informative = it counts in the reference's B (valid, weighted
+// phi > 0). Mirrors decode() in encoding.cpp.
+__device__ void decode_sample(const DecodeInputs& in, int e, int x, int y, float& psi, float& phi,
+                              bool& informative) {
+  const std::size_t pixel = std::size_t(y) * in.width + x;
+  const std::size_t i = std::size_t(e) * in.width * in.height + pixel;
+  float p = 0, f = 0;
+  bool valid = true;
+  switch (in.encoding) {
+    case Encoding::fp32: {
+      const float2 pair = reinterpret_cast<const float2*>(in.payload)[i];
+      p = pair.x, f = pair.y;
+      break;
+    }
+    case Encoding::fp16: {
+      const __half2 pair = reinterpret_cast<const __half2*>(in.payload)[i];
+      p = __low2float(pair), f = __high2float(pair);
+      break;
+    }
+    case Encoding::int8: {
+      const char2 pair = reinterpret_cast<const char2*>(in.payload)[i];
+      const int code = pair.x;
+      if (code == int8_codes::psi_invalid) {
+        valid = false;
+        break;
+      }
+      f = float(static_cast<unsigned char>(pair.y));
+      if (code == int8_codes::psi_exception) {
+        // Exceptions are sorted by (exposure, pixel): binary search.
+        int lo = 0, hi = in.exception_count;
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          const EncodingException& m = in.exceptions[mid];
+          const bool before = m.exposure != unsigned(e) ? m.exposure < unsigned(e) : m.pixel < unsigned(pixel);
+          if (before) lo = mid + 1;
+          else hi = mid;
+        }
+        if (lo < in.exception_count && in.exceptions[lo].exposure == unsigned(e) &&
+            in.exceptions[lo].pixel == unsigned(pixel))
+          p = in.exceptions[lo].psi;
+        else
+          valid = false;  // the host encoder never writes this; treat as no data
+      } else {
+        p = float(code);
+      }
+      break;
+    }
+  }
+  valid = valid && f > 0;
+  psi = valid ? in.psi_weight[e] * p : 0.0f;
+  phi = valid ? in.phi_weight[e] * f : 0.0f;
+  informative = valid && phi > 0;
+  if (!informative) psi = phi = 0.0f;
+}
+
+// Reads 32 x 32 pixel tiles along x, writes the padded planes [c][e][x][y] along y (transposed),
+// the bitmap words, and the smallest positive weighted phi. Grid: (y tiles of ny, x tiles of nx, E).
+__global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int ny, int pitch,
+                                     float* planes, std::uint32_t* informative_bits,
+                                     int words_per_column, unsigned int* floor_bits) {
+  __shared__ float psi_tile[kTile][kTile + 1], phi_tile[kTile][kTile + 1];
+  __shared__ unsigned char flag_tile[kTile][kTile + 1];
+  const int e = blockIdx.z, x0 = blockIdx.y * kTile, y0 = blockIdx.x * kTile;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  float smallest = __int_as_float(0x7f800000);  // +inf
+  for (int j = ty; j < kTile; j += blockDim.y) {
+    const int x = x0 + tx, y = y0 + j;
+    float psi = 0, phi = 0;
+    bool informative = false;
+    if (x < in.width && y < in.height) decode_sample(in, e, x, y, psi, phi, informative);
+    psi_tile[j][tx] = psi;
+    phi_tile[j][tx] = phi;
+    flag_tile[j][tx] = informative;
+    if (informative) smallest = fminf(smallest, phi);
+  }
+  __syncthreads();
+  const std::size_t plane = std::size_t(nx) * pitch;
+  for (int i = ty; i < kTile; i += blockDim.y) {
+    const int x = x0 + i, y = y0 + tx;
+    if (x < nx && y < ny) {
+      const std::size_t at = std::size_t(e) * plane + std::size_t(x) * pitch + y;
+      planes[at] = psi_tile[tx][i];
+      planes[std::size_t(exposures) * plane + at] = phi_tile[tx][i];
+    }
+    const unsigned word = __ballot_sync(0xffffffffu, flag_tile[tx][i] != 0);
+    if (tx == 0 && x < in.width && y0 < in.height)
+      informative_bits[(std::size_t(e) * in.width + x) * words_per_column + y0 / kTile] = word;
+  }
+  for (int offset = 16; offset > 0; offset /= 2)
+    smallest = fminf(smallest, __shfl_xor_sync(0xffffffffu, smallest, offset));
+  // Positive floats order like their bit patterns.
+  if (tx == 0 && smallest < __int_as_float(0x7f800000)) atomicMin(floor_bits, __float_as_uint(smallest));
+}
+
+// Largest |spectrum| per frequency and channel over exposures. Threads over frequencies.
+__global__ void spectrum_scale_kernel(const float2* spectra, int exposures, std::int64_t frequencies,
+                                      float* scales) {
+  const std::int64_t f = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (f >= frequencies) return;
+  for (int c = 0; c < 2; ++c) {
+    float largest = 0;
+    const float2* base = spectra + std::size_t(c) * exposures * frequencies + f;
+    for (int e = 0; e < exposures; ++e) {
+      const float2 z = base[std::size_t(e) * frequencies];
+      largest = fmaxf(largest, z.x * z.x + z.y * z.y);
+    }
+    scales[std::size_t(c) * frequencies + f] = largest > 0 ? sqrtf(largest) : 1.0f;
+  }
+}
+
+// FP16 spectra divided by the scale, transposed to exposure-fastest rows per frequency.
+// Tiles of 32 frequencies x 32 exposures; grid (frequency tiles, padded-exposure tiles).
+__global__ void pack_half_spectra_kernel(const float2* spectra, const float* scales, int exposures,
+                                         int exposures_padded, std::int64_t frequencies, int nyh,
+                                         int nyh_padded, uint2* half_spectra) {
+  __shared__ uint2 tile[kTile][kTile + 1];
+  const std::int64_t f0 = std::int64_t(blockIdx.x) * kTile;
+  const int e0 = blockIdx.y * kTile, tx = threadIdx.x, ty = threadIdx.y;
+  for (int j = ty; j < kTile; j += blockDim.y) {
+    const std::int64_t f = f0 + tx;
+    const int e = e0 + j;
+    uint2 packed = make_uint2(0, 0);
+    if (f < frequencies && e < exposures) {
+      const float2 psi = spectra[std::size_t(e) * frequencies + f];
+      const float2 phi = spectra[(std::size_t(exposures) + e) * frequencies + f];
+      const float sp = scales[f], sf = scales[frequencies + f];
+      packed.x = half2_bits(__floats2half2_rn(psi.x / sp, psi.y / sp));
+      packed.y = half2_bits(__floats2half2_rn(phi.x / sf, phi.y / sf));
+    }
+    tile[j][tx] = packed;
+  }
+  __syncthreads();
+  for (int i = ty; i < kTile; i += blockDim.y) {
+    const std::int64_t f = f0 + i;
+    const int e = e0 + tx;
+    if (f < frequencies && e < exposures_padded) {
+      const std::int64_t mx = f / nyh, my = f % nyh;
+      half_spectra[(std::size_t(mx) * nyh_padded + my) * exposures_padded + e] = tile[tx][i];
+    }
+  }
+}
+
+}  // namespace
+
+void forward_transforms(SpectralState& s) {
+  const FourierGeometry& g = s.geometry;
+  const int E = s.exposures, pitch = 2 * g.nyh;
+  s.words_per_column = (g.height + 31) / 32;
+  s.informative.reserve(std::size_t(E) * g.width * s.words_per_column);
+  s.spectra.reserve(std::size_t(2) * E * g.nx * g.nyh);  // = the real planes' floats / 2
+  s.floor_bits.reserve(1);
+  const unsigned int inf_bits = 0x7f800000u;
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.floor_bits.data(), &inf_bits, sizeof inf_bits,
+                                        cudaMemcpyHostToDevice, s.stream));
+  DecodeInputs in{s.encoding, s.payload.data(), s.psi_weight.data(), s.phi_weight.data(),
+                  s.exceptions.data(), int(s.exceptions.size()), g.width, g.height};
+  const dim3 block(kTile, 8), grid((g.ny + kTile - 1) / kTile, (g.nx + kTile - 1) / kTile, E);
+  decode_planes_kernel<<<grid, block, 0, s.stream>>>(in, E, g.nx, g.ny, pitch,
+                                                     reinterpret_cast<float*>(s.spectra.data()),
+                                                     s.informative.data(), s.words_per_column,
+                                                     s.floor_bits.data());
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  s.forward_plan.make(g.nx, g.ny, 2 * E, true, s.stream);
+  SHIFTSTACK_CUFFT_CHECK(cufftExecR2C(s.forward_plan.handle(), reinterpret_cast<cufftReal*>(s.spectra.data()),
+                                      reinterpret_cast<cufftComplex*>(s.spectra.data())));
+}
+
+void pack_half_spectra(SpectralState& s, int vb_granularity) {
+  const FourierGeometry& g = s.geometry;
+  const std::int64_t F = g.frequencies();
+  s.scales.reserve(std::size_t(2) * F);
+  const bool fresh = s.half_spectra.reserve(std::size_t(g.nx) * s.nyh_padded * s.exposures_padded);
+  if (fresh || s.nyh_padded != g.nyh) {
+    // Rows my in [nyh, nyh_padded) are never written by the packer: keep them zero.
+    SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_spectra.data(), 0, s.half_spectra.bytes(), s.stream));
+  }
+  spectrum_scale_kernel<<<unsigned((F + 255) / 256), 256, 0, s.stream>>>(s.spectra.data(), s.exposures, F,
+                                                                           s.scales.data());
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  const dim3 block(kTile, 8), grid(unsigned((F + kTile - 1) / kTile), s.exposures_padded / kTile);
+  pack_half_spectra_kernel<<<grid, block, 0, s.stream>>>(s.spectra.data(), s.scales.data(), s.exposures,
+                                                         s.exposures_padded, F, g.nyh, s.nyh_padded,
+                                                         s.half_spectra.data());
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+
+  // sy - min_sy per (b, e), zero in the padding rows and columns.
+  s.vb_padded = (s.vb + vb_granularity - 1) / vb_granularity * vb_granularity;
+  std::vector<std::int32_t> rel(std::size_t(s.vb_padded) * s.exposures_padded, 0);
+  for (int b = 0; b < s.vb; ++b)
+    for (int e = 0; e < s.exposures; ++e)
+      rel[std::size_t(b) * s.exposures_padded + e] = s.shifts.y[std::size_t(b) * s.exposures + e] - g.min_sy;
+  s.shift_y_rel.upload(rel, s.stream);
+}
+
+}  // namespace shiftstack::cuda

@@ -1,0 +1,234 @@
+// Device state shared by the Fourier-route engines: the encoded stack on the device, padded
+// forward FFTs of psi and phi, the bitmap of informative samples, phase (unit root) tables, the
+// FP16 spectra with per-frequency scales, and the per-velocity spectra the contraction fills.
+//
+// Layouts (c = channel: 0 psi, 1 phi; the halved transform axis is y, see tc_emulation.hpp):
+//   spectra          [c][e][mx][my]  complex FP32, my < nyh (in place over the padded real
+//                                    planes [c][e][x][2 nyh])
+//   half_spectra     [mx][my < nyh_pad][e < E_pad] uint2: (psi half2, phi half2), each divided by
+//                                    its channel's largest magnitude at that frequency
+//   scales           [c][mx][my]     that largest magnitude (1 where the spectrum is zero)
+//   velocity_spectra [c][v][mx][my]  complex FP32, v = (b - b_begin) * va + a, my < nyh; the
+//                                    inverse transforms run in place: real [c][v][x][2 nyh]
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cufft.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "check.cuh"
+#include "shiftstack/encoding.hpp"
+#include "shiftstack/motion.hpp"
+#include "shiftstack/tc_emulation.hpp"
+#include "spectral_engine.hpp"
+
+namespace shiftstack::cuda {
+
+const char* cufft_status_name(cufftResult status);
+const char* cublas_status_name(cublasStatus_t status);
+
+}  // namespace shiftstack::cuda
+
+#define SHIFTSTACK_CUFFT_CHECK(call)                                                              \
+  do {                                                                                            \
+    cufftResult shiftstack_fft_status_ = (call);                                                  \
+    if (shiftstack_fft_status_ != CUFFT_SUCCESS)                                                  \
+      throw ::shiftstack::Error(std::string("cuFFT error ") +                                     \
+                                ::shiftstack::cuda::cufft_status_name(shiftstack_fft_status_) +   \
+                                " in " #call " at " __FILE__ ":" + std::to_string(__LINE__));     \
+  } while (0)
+
+#define SHIFTSTACK_CUBLAS_CHECK(call)                                                             \
+  do {                                                                                            \
+    cublasStatus_t shiftstack_blas_status_ = (call);                                              \
+    if (shiftstack_blas_status_ != CUBLAS_STATUS_SUCCESS)                                         \
+      throw ::shiftstack::Error(std::string("cuBLAS error ") +                                    \
+                                ::shiftstack::cuda::cublas_status_name(shiftstack_blas_status_) + \
+                                " in " #call " at " __FILE__ ":" + std::to_string(__LINE__));     \
+  } while (0)
+
+namespace shiftstack::cuda {
+
+// A device allocation that grows on demand and never shrinks (searches repeat on one engine).
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (data_) cudaFree(data_);
+  }
+  // Ensures room for n elements; returns true when it (re)allocated (contents then undefined).
+  bool reserve(std::size_t n) {
+    if (n <= capacity_) {
+      size_ = n;
+      return false;
+    }
+    if (data_) SHIFTSTACK_CUDA_CHECK(cudaFree(data_));
+    data_ = nullptr;
+    capacity_ = 0;
+    SHIFTSTACK_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(n, 1) * sizeof(T)));
+    capacity_ = size_ = n;
+    return true;
+  }
+  void upload(const T* host, std::size_t n, cudaStream_t stream) {
+    reserve(n);
+    if (n) SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(data_, host, n * sizeof(T), cudaMemcpyHostToDevice, stream));
+  }
+  void upload(const std::vector<T>& host, cudaStream_t stream) { upload(host.data(), host.size(), stream); }
+  std::vector<T> download(cudaStream_t stream) const {
+    std::vector<T> host(size_);
+    if (size_) {
+      SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost, stream));
+      SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    return host;
+  }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  std::size_t bytes() const { return size_ * sizeof(T); }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0, capacity_ = 0;
+};
+
+// A cuFFT plan for a fixed shape, made once and reused.
+class FftPlan {
+ public:
+  FftPlan() = default;
+  FftPlan(const FftPlan&) = delete;
+  FftPlan& operator=(const FftPlan&) = delete;
+  ~FftPlan() {
+    if (made_) cufftDestroy(handle_);
+  }
+  // Batched 2-D real<->complex transform of nx x ny planes, in place (real rows padded to 2 nyh).
+  void make(int nx, int ny, int batch, bool forward, cudaStream_t stream);
+  bool matches(int nx, int ny, int batch, bool forward) const {
+    return made_ && nx == nx_ && ny == ny_ && batch == batch_ && forward == forward_;
+  }
+  cufftHandle handle() const { return handle_; }
+
+ private:
+  cufftHandle handle_{};
+  bool made_ = false, forward_ = false;
+  int nx_ = 0, ny_ = 0, batch_ = 0;
+};
+
+// Per-trial partial digest of one scoring block; merged on the host in block order.
+struct DigestPartial {
+  double sumA, sumB;
+  double maxZ;
+  long long scored, count, clamped;
+  long long argmax_velocity;  // global velocity index, -1 when nothing was scored
+  int argmax_x, argmax_y;
+};
+
+struct DeviceCandidate {
+  int x, y, velocity;  // velocity: global index
+  float A, B, Z;
+};
+
+// Top-k entry per origin: velocity -1 and Z = -inf while empty.
+struct TopEntry {
+  float Z, A, B;
+  int velocity;
+};
+constexpr int kMaxTopK = 16;  // per-origin lists live in registers of the top-k kernel
+
+struct SpectralState {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t events[8]{};
+
+  // The encoded stack on the device (cached by EncodedStack::id: "data already on the device").
+  std::uint64_t stack_id = 0;
+  Encoding encoding = Encoding::fp32;
+  DeviceArray<unsigned char> payload;
+  DeviceArray<float> psi_weight, phi_weight;
+  DeviceArray<EncodingException> exceptions;
+
+  // This search.
+  FourierGeometry geometry;
+  int exposures = 0, exposures_padded = 0;  // E, and E rounded up to the contraction's chunk
+  int va = 0, vb = 0;
+  int nyh_padded = 0;                       // nyh rounded up to 16 (rows of an m16 tile)
+  Region region;
+  OutputPolicy policy;
+  double z_thr = 0;
+
+  SeparableShifts shifts;                      // host copy
+  DeviceArray<std::int32_t> shift_x, shift_y;  // [a][E], [b][E]
+  DeviceArray<std::uint32_t> informative;      // bit y%32 of word [e][x][y/32]: the sample counts
+  // Exposures by |t_e - t_ref|, nearest first: where the shifts are smallest, so the search for
+  // one informative sample of a trial ends at its first probe almost always (edge trials too).
+  DeviceArray<std::int32_t> probe_order;
+  // Per velocity, the exposures most likely to put an edge origin's sample inside the image:
+  // arg max and arg min of sx, sy, sx + sy and sx - sy (edges and corners), probed first.
+  static constexpr int kExtremeProbes = 8;
+  DeviceArray<std::int32_t> extreme_probes;  // [v][kExtremeProbes]
+  int words_per_column = 0;
+  DeviceArray<unsigned int> floor_bits;        // smallest positive weighted phi, as float bits
+  float b_floor = 0;
+  DeviceArray<float2> spectra;                 // forward spectra (and padded real planes)
+  FftPlan forward_plan;
+
+  // Unit roots exp(2 pi i j / n): x axis in FP32 and FP16, y axis in FP32.
+  DeviceArray<float2> root_x, root_y;
+  DeviceArray<__half2> root_x_half;
+
+  // FP16 path (cuda-tc, cuda-gemm).
+  DeviceArray<uint2> half_spectra;
+  DeviceArray<float> scales;
+  DeviceArray<std::int32_t> shift_y_rel;  // [b < vb_padded][e < E_pad]: sy - min_sy, 0 in padding
+  int vb_padded = 0;
+
+  // Velocity chunk output and the inverse transforms.
+  DeviceArray<float2> velocity_spectra;
+  int chunk_rows = 0;  // velocity rows b per chunk (the last may have fewer)
+  std::map<int, std::unique_ptr<FftPlan>> inverse_plans;  // by batch
+  std::vector<cudaEvent_t> chunk_events;                  // 3 per velocity chunk
+
+  // Scoring outputs.
+  DeviceArray<DigestPartial> partials;
+  std::vector<DigestPartial> host_partials;
+  DeviceArray<DeviceCandidate> candidates;
+  DeviceArray<unsigned long long> candidate_count;
+  DeviceArray<TopEntry> top;
+
+  SpectralState();
+  ~SpectralState();
+  SpectralState(const SpectralState&) = delete;
+  SpectralState& operator=(const SpectralState&) = delete;
+
+  std::int64_t frequencies() const { return geometry.frequencies(); }
+  // Complex values between the two channels of a chunk of `rows` velocity rows.
+  std::size_t channel_stride(int rows) const { return std::size_t(rows) * va * frequencies(); }
+  // Normalization of the unnormalized inverse transform, folded into the contraction's output.
+  float inverse_norm() const { return float(1.0 / (double(geometry.nx) * geometry.ny)); }
+};
+
+// --- stages shared by the engines (spectra.cu) ------------------------------------------------------
+
+// Uploads the encoded payload unless this stack is already on the device.
+void upload_stack(SpectralState& state, const EncodedStack& stack);
+// Decodes every exposure into zero-padded weighted planes, marks informative samples, finds the
+// smallest positive weighted phi, and runs the forward transforms (state.spectra).
+void forward_transforms(SpectralState& state);
+// FP16 spectra and per-frequency scales, and shift_y_rel, for the FP16 engines.
+void pack_half_spectra(SpectralState& state, int vb_granularity);
+// Velocity-spectrum chunk -> inverse FFTs -> crop, score, digest partials, candidates, top-k.
+void inverse_transforms(SpectralState& state, int rows);
+// Fills state.extreme_probes from the shift tables.
+void find_extreme_probes(SpectralState& state);
+void score_chunk(SpectralState& state, int b_begin, int b_end, bool first_chunk);
+// Informative samples along each trial (x, y, global velocity; velocity < 0 gives 0).
+std::vector<int> observation_counts(SpectralState& state, const std::vector<int4>& trials);
+
+}  // namespace shiftstack::cuda

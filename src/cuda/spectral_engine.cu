@@ -1,0 +1,251 @@
+// The driver every Fourier-route engine shares: checks, device memory plan, the stages in order
+// with CUDA events between them, and the host-side digest, candidate and top-k assembly.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "spectra.cuh"
+
+namespace shiftstack::cuda {
+
+SpectralEngine::SpectralEngine() : state_(std::make_unique<SpectralState>()) {}
+SpectralEngine::~SpectralEngine() = default;
+
+std::string SpectralEngine::unsupported_reason(const SearchInput& input) const {
+  const MotionBank& bank = *input.bank;
+  if (!bank.is_cartesian())
+    return "the Fourier route needs a Cartesian velocity grid (vx axis x vy axis): only there does "
+           "the phase of a shift factor into one table per axis";
+  if (bank.mode != ShiftMode::integer)
+    return "fractional shifts: the Fourier route would sample a band-limited interpolant of psi whose "
+           "variance is not B (SPEC 2); the exact normalization is not implemented, use a gather engine";
+  if (input.policy.top_k > kMaxTopK)
+    return "top_k of " + std::to_string(input.policy.top_k) + " per origin: at most " +
+           std::to_string(kMaxTopK) + " are kept";
+  return engine_unsupported_reason(input);
+}
+
+namespace {
+
+int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+double elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0;
+  SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&ms, from, to));
+  return ms;
+}
+
+void upload_roots(SpectralState& s) {
+  const FourierGeometry& g = s.geometry;
+  std::vector<float2> rx(g.nx), ry(g.ny);
+  std::vector<__half2> rxh(g.nx);
+  for (int j = 0; j < g.nx; ++j) {
+    const auto r = unit_root(j, g.nx);
+    rx[j] = make_float2(float(r.real()), float(r.imag()));
+    rxh[j] = __floats2half2_rn(float(r.real()), float(r.imag()));
+  }
+  for (int j = 0; j < g.ny; ++j) {
+    const auto r = unit_root(j, g.ny);
+    ry[j] = make_float2(float(r.real()), float(r.imag()));
+  }
+  s.root_x.upload(rx, s.stream);
+  s.root_y.upload(ry, s.stream);
+  s.root_x_half.upload(rxh, s.stream);
+}
+
+}  // namespace
+
+SearchResult SpectralEngine::search(const SearchInput& input) {
+  const std::string reason = unsupported_reason(input);
+  require(reason.empty(), "engine '" + name() + "' cannot compute this search: " + reason);
+  SpectralState& s = *state_;
+  const EncodedStack& stack = *input.stack;
+  const MotionBank& bank = *input.bank;
+
+  s.shifts = integer_shifts(bank);
+  s.geometry = fourier_geometry(stack.width, stack.height, s.shifts);
+  const FourierGeometry& g = s.geometry;
+  s.exposures = stack.exposures;
+  s.exposures_padded = round_up(stack.exposures, 32);
+  s.va = int(bank.vx_count());
+  s.vb = int(bank.vy_count());
+  s.nyh_padded = round_up(g.nyh, 16);
+  s.region = input.region;
+  s.policy = input.policy;
+  s.z_thr = digest_threshold(input);
+  const std::int64_t V = std::int64_t(s.va) * s.vb;
+
+  upload_stack(s, stack);
+  s.shift_x.upload(s.shifts.x, s.stream);
+  s.shift_y.upload(s.shifts.y, s.stream);
+  {
+    std::vector<std::int32_t> order(s.exposures);
+    for (int e = 0; e < s.exposures; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return std::abs(bank.dt(a)) < std::abs(bank.dt(b));
+    });
+    s.probe_order.upload(order, s.stream);
+  }
+  upload_roots(s);
+
+  // Device memory: the forward spectra stay for the whole scan; velocity rows are processed in
+  // chunks whose spectra (and the engine's own per-row buffers) fit in what is left.
+  s.spectra.reserve(std::size_t(2) * s.exposures * g.nx * g.nyh);
+  s.partials.reserve(std::size_t(V));
+  s.candidate_count.reserve(1);
+  SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.candidate_count.data(), 0, sizeof(unsigned long long), s.stream));
+  if (s.policy.collect_candidates) {
+    const double all = double(s.region.count()) * double(V);
+    s.candidates.reserve(std::size_t(std::min<double>({double(s.policy.max_candidates), all, double(1 << 25)})));
+  }
+  if (s.policy.top_k > 0) s.top.reserve(std::size_t(s.region.count()) * s.policy.top_k);
+  const int granularity = row_granularity();
+  {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    SHIFTSTACK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const double fixed = 2.0 * s.exposures * g.nx * g.nyh * 8 + double(g.nx) * (s.nyh_padded + 16) * s.exposures_padded * 8;
+    const double budget = std::min(0.6 * (double(free_bytes) - fixed), 24e9);
+    const double per_row = 2.0 * s.va * g.nx * g.nyh * 8 + bytes_per_row(s);
+    int rows = int(std::floor(budget / per_row)) / granularity * granularity;
+    require(rows >= granularity, "engine '" + name() + "': not enough device memory for one velocity row of the " +
+                                     std::to_string(g.nx) + "x" + std::to_string(g.ny) + " padded transforms");
+    s.chunk_rows = std::min(rows, round_up(s.vb, granularity));
+  }
+  s.velocity_spectra.reserve(s.channel_stride(s.chunk_rows) * 2);
+  const int chunks = (s.vb + s.chunk_rows - 1) / s.chunk_rows;
+  while (int(s.chunk_events.size()) < 3 * chunks) {
+    cudaEvent_t e;
+    SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&e));
+    s.chunk_events.push_back(e);
+  }
+  // Plans before the clock starts (made once per shape).
+  s.forward_plan.make(g.nx, g.ny, 2 * s.exposures, true, s.stream);
+  for (int b = 0; b < s.vb; b += s.chunk_rows) {
+    const int rows = std::min(s.chunk_rows, s.vb - b);
+    auto& plan = s.inverse_plans[2 * rows * s.va];
+    if (!plan) plan = std::make_unique<FftPlan>();
+    plan->make(g.nx, g.ny, 2 * rows * s.va, false, s.stream);
+  }
+
+  // The scan.
+  SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.events[0], s.stream));
+  find_extreme_probes(s);
+  forward_transforms(s);
+  SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.events[1], s.stream));
+  prepare(s);
+  SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.events[2], s.stream));
+  int chunk = 0;
+  for (int b = 0; b < s.vb; b += s.chunk_rows, ++chunk) {
+    const int b_end = std::min(b + s.chunk_rows, s.vb);
+    contract(s, b, b_end);
+    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.chunk_events[3 * chunk], s.stream));
+    inverse_transforms(s, b_end - b);
+    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.chunk_events[3 * chunk + 1], s.stream));
+    score_chunk(s, b, b_end, chunk == 0);
+    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.chunk_events[3 * chunk + 2], s.stream));
+  }
+  SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+
+  SpectralDiagnostics& d = diagnostics_;
+  d = SpectralDiagnostics{};
+  d.geometry = g;
+  d.useful_flops = g.useful_flops(s.exposures, V);
+  d.velocity_chunks = chunks;
+  d.times.forward_ms = elapsed_ms(s.events[0], s.events[1]);
+  d.times.tables_ms = elapsed_ms(s.events[1], s.events[2]);
+  cudaEvent_t previous = s.events[2];
+  for (int c = 0; c < chunks; ++c) {
+    d.times.contraction_ms += elapsed_ms(previous, s.chunk_events[3 * c]);
+    d.times.inverse_ms += elapsed_ms(s.chunk_events[3 * c], s.chunk_events[3 * c + 1]);
+    d.times.scoring_ms += elapsed_ms(s.chunk_events[3 * c + 1], s.chunk_events[3 * c + 2]);
+    previous = s.chunk_events[3 * c + 2];
+  }
+  d.times.total_ms = elapsed_ms(s.events[0], previous);
+
+  // Digest: partials merged in velocity order (deterministic).
+  SearchResult result;
+  result.digest.z_thr = s.z_thr;
+  s.host_partials = s.partials.download(s.stream);
+  for (const DigestPartial& p : s.host_partials) {
+    d.clamped_trials += p.clamped;
+    Digest part;
+    part.z_thr = s.z_thr;
+    part.sumA = p.sumA;
+    part.sumB = p.sumB;
+    part.scored = p.scored;
+    part.count = p.count;
+    if (p.argmax_velocity >= 0) {
+      part.maxZ = p.maxZ;
+      part.argmax_velocity = p.argmax_velocity;
+      part.argmax_x = p.argmax_x;
+      part.argmax_y = p.argmax_y;
+    }
+    result.digest.merge(part);
+  }
+  {
+    const std::vector<unsigned int> bits = s.floor_bits.download(s.stream);
+    d.b_floor = bits.empty() ? 0.0f : std::bit_cast<float>(bits[0]);
+  }
+
+  auto make_candidate = [&](int x, int y, int velocity, float A, float B, float Z) {
+    Candidate c;
+    c.x = x, c.y = y, c.velocity = velocity;
+    if (velocity >= 0) {
+      const Velocity vel = bank.velocity(std::size_t(velocity));
+      c.vx = float(vel.vx), c.vy = float(vel.vy);
+      c.flux = A / B;
+    }
+    c.A = A, c.B = B, c.Z = Z;
+    return c;
+  };
+  std::vector<int4> trials;
+  if (s.policy.collect_candidates) {
+    const unsigned long long found = s.candidate_count.download(s.stream)[0];
+    require(found <= (unsigned long long)s.policy.max_candidates,
+            "candidate list of " + std::to_string(found) + " trials exceeds max_candidates (" +
+                std::to_string(s.policy.max_candidates) + "): raise the candidate threshold or the limit");
+    require(found <= s.candidates.size(), "candidate list of " + std::to_string(found) +
+                                              " trials exceeds this engine's device buffer of " +
+                                              std::to_string(s.candidates.size()) + ": raise the threshold");
+    std::vector<DeviceCandidate> list(found);
+    if (found)
+      SHIFTSTACK_CUDA_CHECK(cudaMemcpy(list.data(), s.candidates.data(), found * sizeof(DeviceCandidate),
+                                       cudaMemcpyDeviceToHost));
+    for (const auto& c : list) {
+      result.candidates.push_back(make_candidate(c.x, c.y, c.velocity, c.A, c.B, c.Z));
+      trials.push_back(make_int4(c.x, c.y, c.velocity, 0));
+    }
+  }
+  if (s.policy.top_k > 0) {
+    const std::vector<TopEntry> top = s.top.download(s.stream);
+    const int k = s.policy.top_k;
+    result.top_k.reserve(top.size());
+    for (std::size_t i = 0; i < top.size(); ++i) {
+      const std::size_t origin = i / k;
+      const int x = s.region.x0 + int(origin % s.region.width), y = s.region.y0 + int(origin / s.region.width);
+      const TopEntry& t = top[i];
+      if (t.velocity < 0) {
+        result.top_k.push_back(Candidate{x, y, -1, 0, 0, 0, 0, -std::numeric_limits<float>::infinity(), 0, 0});
+      } else {
+        result.top_k.push_back(make_candidate(x, y, t.velocity, t.A, t.B, t.Z));
+      }
+      trials.push_back(make_int4(x, y, t.velocity, 0));
+    }
+  }
+  if (!trials.empty()) {
+    const std::vector<int> counts = observation_counts(s, trials);
+    std::size_t n = 0;
+    for (auto& c : result.candidates) c.obs_count = counts[n++];
+    for (auto& c : result.top_k) c.obs_count = counts[n++];
+  }
+  std::sort(result.candidates.begin(), result.candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.velocity != b.velocity) return a.velocity < b.velocity;
+    if (a.y != b.y) return a.y < b.y;
+    return a.x < b.x;
+  });
+  result.seconds = d.times.total_ms * 1e-3;
+  return result;
+}
+
+}  // namespace shiftstack::cuda

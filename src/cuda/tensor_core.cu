@@ -1,0 +1,533 @@
+// cuda-tc: the fused tensor-core contraction of SPEC 6 (the chapter's case study, on Hopper).
+//
+// Per x frequency mx the whole velocity plane is one complex product
+//   D[(b, my), a] = sum_e  ( P_y(my sy[b,e]) * S_e(mx, my) ) * Y_x(mx sx[a,e])
+// with rows (b, my), columns a and inner dimension E. The A operand (rows) is the diagonal fused
+// into the operand load: the FP16 spectrum sample times the FP32 y phase, formed in registers and
+// rounded once to FP16; the B operand is the FP16 x-phase table of mx, shared by every row.
+// The complex product is a real block product: the real outputs take the k pairs (Xr, -Xi) and
+// the imaginary outputs (Xi, Xr) against the same (Yr, Yi) pairs, FP32 accumulation, 8 real FLOPs
+// per complex MAC (no redundant arithmetic beyond tile padding).
+//
+// One CTA = one mx, one block of 16 consecutive my, kWarps consecutive b (one per warp), and all
+// columns of one a block; it loops over exposure chunks through a cp.async pipeline. Both
+// channels (psi, phi) share the operand loads and the B tiles. Two kernels compute the same thing:
+//  - contract_wgmma_kernel (default when the column block is full, 72 columns): warpgroup
+//    m64n72k16 products (HGMMA), A from registers, B from shared memory;
+//  - contract_kernel<tiles> (narrow banks): warp-level mma.sync m16n8k16 (HMMA), B by ldmatrix.
+// SHIFTSTACK_TC_KERNEL=mma|wgmma|wgmma-split forces one (tests and the version table in
+// bench/RESULTS.md); their digests agreed to every printed digit on the tested stacks.
+#include <algorithm>
+#include <cstdlib>
+
+#include "engine_registry.hpp"
+#include "spectra.cuh"
+#include "warp_mma.cuh"
+
+namespace shiftstack::cuda {
+
+namespace tc {
+
+// Velocity rows b per CTA, one per warp. Two CTAs of 4 warps put 2 warps on each of the 4 SM
+// sub-partitions, so each thread may hold up to 255 registers (the 144 accumulators and the
+// operands need about 190); 5 warps per CTA would cap them at 168 and spill.
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 16;          // my rows per warp: one m16 tile
+constexpr int kChunk = 32;         // exposures per pipeline stage: 4 k16 steps of 8 exposures
+constexpr int kStages = 3;         // cp.async pipeline depth
+constexpr int kMaxColumnTiles = 9; // n8 tiles per CTA: 72 columns (65 velocities + 7 padding)
+// Shared-memory rows, padded so that the 8 rows one ldmatrix (or one 8-byte load phase) touches
+// fall in distinct banks: a row of Y holds kChunk half2 (128 B) + 16 B; a row of spectra kChunk
+// (psi, phi) half2 pairs (256 B) + 32 B.
+constexpr int kYRowBytes = kChunk * 4 + 16;
+constexpr int kSpectrumRowBytes = kChunk * 8 + 32;
+constexpr int kShiftRowBytes = kChunk * 4;
+
+struct Params {
+  const uint2* half_spectra;        // [mx][my < nyh_padded][E_pad]
+  const float* scales;              // [c][mx][my < nyh]
+  const __half2* x_phases;          // [mx][a < va_padded][E_pad]
+  const std::int32_t* shift_y_rel;  // [b < vb_padded][E_pad]: sy - min_sy
+  const float2* root_y;             // [ny]
+  int min_sy, shift_span;           // sy - min_sy in [0, shift_span)
+  int ny, nyh, nyh_padded, exposures_padded, va, va_padded, my_tiles;
+  int b_begin, b_end;
+  float norm;
+  float2* out;                      // [c][(b - b_begin) * va + a][mx][my < nyh]
+  std::size_t channel_stride;       // complex values between the channels
+};
+
+template <int kColumnTiles>
+struct Layout {
+  static constexpr int y_bytes = kColumnTiles * 8 * kYRowBytes;
+  static constexpr int spectrum_bytes = kRows * kSpectrumRowBytes;
+  static constexpr int shift_bytes = kWarps * kShiftRowBytes;
+  static constexpr int stage_bytes = y_bytes + spectrum_bytes + shift_bytes;
+  __host__ __device__ static int phase_bytes(int span) { return (kRows * span * 8 + 15) / 16 * 16; }
+  __host__ __device__ static int total_bytes(int span) { return phase_bytes(span) + kStages * stage_bytes; }
+};
+
+// The wgmma variant: one warpgroup (the CTA's 4 warps = 64 rows) issues m64n72k16 products with
+// the A operand from registers and B from shared memory in the canonical K-major layout without
+// swizzle: core matrices of 8 columns a x 16 bytes (4 exposures), contiguous, K-neighbours 128 B
+// apart, 8-column groups kChunk * 4 bytes apart. Loads run two chunks ahead through 4 stages, so
+// the stage being refilled belongs to a chunk whose products have all completed.
+constexpr int kWgmmaColumns = 72;
+constexpr int kWgmmaStages = 4;
+struct WgmmaLayout {
+  static constexpr int y_bytes = kWgmmaColumns * kChunk * 4;
+  static constexpr int group_bytes = kChunk * 4 / 16 * 128;  // one 8-column group: kChunk / 4 core matrices
+  static constexpr int stage_bytes = y_bytes + Layout<9>::spectrum_bytes + Layout<9>::shift_bytes;
+  __host__ __device__ static int total_bytes(int span) {
+    return Layout<9>::phase_bytes(span) + kWgmmaStages * stage_bytes;
+  }
+};
+
+// y phases of a CTA's 16 rows for every shift: phase[r][s] = exp(2 pi i (my0 + r)(s + min_sy) / ny).
+__device__ __forceinline__ void fill_phase_table(const Params& p, int my0, float2* phase, int threads) {
+  for (int i = threadIdx.x; i < kRows * p.shift_span; i += threads) {
+    const int r = i / p.shift_span, s = i % p.shift_span + p.min_sy;
+    int j = int((long long)(my0 + r) * s % p.ny);
+    if (j < 0) j += p.ny;
+    phase[i] = p.root_y[j];
+  }
+}
+
+// This lane's A fragments of one k16 step for both channels: [c * 2 + 0] real-output rows
+// (Xr, -Xi), [c * 2 + 1] imaginary-output rows (Xi, Xr); registers 0-3 = (row g, k 2q),
+// (row g+8, k 2q), (row g, k 2q+8), (row g+8, k 2q+8), i.e. exposures q and q + 4 of the step.
+__device__ __forceinline__ void step_operands(const unsigned char* spectra, const std::int32_t* shifts,
+                                              const float2* phase_lo, const float2* phase_hi, int group,
+                                              int quad, int step, std::uint32_t (&a)[4][4]) {
+  const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
+  const int s_lo = shifts[e_lo], s_hi = shifts[e_hi];
+  const uint2 sp00 = *reinterpret_cast<const uint2*>(spectra + group * kSpectrumRowBytes + e_lo * 8);
+  const uint2 sp10 = *reinterpret_cast<const uint2*>(spectra + (group + 8) * kSpectrumRowBytes + e_lo * 8);
+  const uint2 sp01 = *reinterpret_cast<const uint2*>(spectra + group * kSpectrumRowBytes + e_hi * 8);
+  const uint2 sp11 = *reinterpret_cast<const uint2*>(spectra + (group + 8) * kSpectrumRowBytes + e_hi * 8);
+  const float2 ph00 = phase_lo[s_lo], ph10 = phase_hi[s_lo], ph01 = phase_lo[s_hi], ph11 = phase_hi[s_hi];
+  spectral_operand(ph00, sp00.x, a[0][0], a[1][0]);
+  spectral_operand(ph10, sp10.x, a[0][1], a[1][1]);
+  spectral_operand(ph01, sp01.x, a[0][2], a[1][2]);
+  spectral_operand(ph11, sp11.x, a[0][3], a[1][3]);
+  spectral_operand(ph00, sp00.y, a[2][0], a[3][0]);
+  spectral_operand(ph10, sp10.y, a[2][1], a[3][1]);
+  spectral_operand(ph01, sp01.y, a[2][2], a[3][2]);
+  spectral_operand(ph11, sp11.y, a[2][3], a[3][3]);
+}
+
+// One channel's A fragments of one k16 step: [0] real-output rows, [1] imaginary-output rows.
+__device__ __forceinline__ void step_operands_channel(const unsigned char* spectra, const std::int32_t* shifts,
+                                                      const float2* phase_lo, const float2* phase_hi, int group,
+                                                      int quad, int step, int channel, std::uint32_t (&a)[2][4]) {
+  const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
+  const int s_lo = shifts[e_lo], s_hi = shifts[e_hi];
+  const unsigned char* base = spectra + channel * 4;  // psi half2 at +0, phi half2 at +4 of each sample
+  const std::uint32_t sp00 = *reinterpret_cast<const std::uint32_t*>(base + group * kSpectrumRowBytes + e_lo * 8);
+  const std::uint32_t sp10 = *reinterpret_cast<const std::uint32_t*>(base + (group + 8) * kSpectrumRowBytes + e_lo * 8);
+  const std::uint32_t sp01 = *reinterpret_cast<const std::uint32_t*>(base + group * kSpectrumRowBytes + e_hi * 8);
+  const std::uint32_t sp11 = *reinterpret_cast<const std::uint32_t*>(base + (group + 8) * kSpectrumRowBytes + e_hi * 8);
+  spectral_operand(phase_lo[s_lo], sp00, a[0][0], a[1][0]);
+  spectral_operand(phase_hi[s_lo], sp10, a[0][1], a[1][1]);
+  spectral_operand(phase_lo[s_hi], sp01, a[0][2], a[1][2]);
+  spectral_operand(phase_hi[s_hi], sp11, a[0][3], a[1][3]);
+}
+
+// Scales the accumulators back and writes the velocity spectra; value(c, r, n, i) reads the
+// fragment element i of n8 tile n (real r = 0, imaginary r = 1) of channel c.
+template <int kColumnTiles, class Value>
+__device__ __forceinline__ void write_outputs(const Params& p, int mx, int my0, int b, int a0, int group, int quad,
+                                              int first_channel, int channels, Value value) {
+  if (b >= p.b_end) return;
+  const std::size_t frequencies = std::size_t(gridDim.z) * p.nyh;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int my = my0 + group + 8 * half;
+    if (my >= p.nyh) continue;
+    const std::size_t f = std::size_t(mx) * p.nyh + my;
+    for (int c = first_channel; c < first_channel + channels; ++c) {
+      const float scale = p.scales[c * frequencies + f] * p.norm;
+#pragma unroll
+      for (int n = 0; n < kColumnTiles; ++n)
+#pragma unroll
+        for (int col = 0; col < 2; ++col) {
+          const int a = a0 + n * 8 + 2 * quad + col;
+          if (a >= p.va) continue;
+          const int i = 2 * half + col;
+          const std::size_t at = c * p.channel_stride + (std::size_t(b - p.b_begin) * p.va + a) * frequencies + f;
+          p.out[at] = make_float2(value(c, 0, n, i) * scale, value(c, 1, n, i) * scale);
+        }
+    }
+  }
+}
+
+// kSplit = false: one warpgroup (128 threads) forms and multiplies both channels (4 accumulators).
+// kSplit = true: two warpgroups share the stages, warpgroup c forms and multiplies channel c only
+// (2 accumulators): twice the warps to hide the operand formation, and every x-phase tile loaded
+// from L2 feeds twice the products.
+template <bool kSplit>
+__global__ void __launch_bounds__(kSplit ? 2 * kThreads : kThreads, 2) contract_wgmma_kernel(Params p) {
+  constexpr int kBlockThreads = kSplit ? 2 * kThreads : kThreads;
+  constexpr int kProducts = kSplit ? 2 : 4;  // accumulators per thread: (channels) x (real, imaginary)
+  extern __shared__ __align__(16) unsigned char smem[];  // 16 B suffices: no swizzle
+  const int warp = (threadIdx.x >> 5) & (kWarps - 1), lane = threadIdx.x & 31;
+  const int channel = kSplit ? int(threadIdx.x >> 7) : 0;  // warpgroup index
+  const int group = lane >> 2, quad = lane & 3;
+  const int tile = blockIdx.x;
+  const int my0 = (tile % p.my_tiles) * kRows;
+  const int b_cta = p.b_begin + (tile / p.my_tiles) * kWarps;
+  const int b = b_cta + warp;
+  const int a0 = blockIdx.y * kWgmmaColumns;
+  const int mx = blockIdx.z;
+
+  float2* phase = reinterpret_cast<float2*>(smem);
+  unsigned char* stages = smem + Layout<9>::phase_bytes(p.shift_span);
+  fill_phase_table(p, my0, phase, kBlockThreads);
+
+  const int chunks = p.exposures_padded / kChunk;
+  auto load_stage = [&](int chunk, int slot) {
+    unsigned char* st = stages + slot * WgmmaLayout::stage_bytes;
+    const int e0 = chunk * kChunk;
+    for (int i = threadIdx.x; i < kWgmmaColumns * 8; i += kBlockThreads) {
+      const int row = i >> 3, part = i & 7;  // part: 4 exposures = one core-matrix row
+      const __half2* src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + row) * p.exposures_padded + e0 + part * 4;
+      copy_async_16(st + (row >> 3) * WgmmaLayout::group_bytes + part * 128 + (row & 7) * 16, src);
+    }
+    unsigned char* ss = st + WgmmaLayout::y_bytes;
+    for (int i = threadIdx.x; i < kRows * 16; i += kBlockThreads) {
+      const int row = i >> 4, part = i & 15;
+      const uint2* src = p.half_spectra + (std::size_t(mx) * p.nyh_padded + my0 + row) * p.exposures_padded + e0 + part * 2;
+      copy_async_16(ss + row * kSpectrumRowBytes + part * 16, src);
+    }
+    unsigned char* sh = ss + Layout<9>::spectrum_bytes;
+    for (int i = threadIdx.x; i < kWarps * 8; i += kBlockThreads) {
+      const int row = i >> 3, part = i & 7;
+      const std::int32_t* src = p.shift_y_rel + std::size_t(b_cta + row) * p.exposures_padded + e0 + part * 4;
+      copy_async_16(sh + row * kShiftRowBytes + part * 16, src);
+    }
+  };
+  for (int s = 0; s < kWgmmaStages - 2; ++s) {
+    if (s < chunks) load_stage(s, s);
+    copy_async_commit();
+  }
+
+  float acc[kProducts][36];  // [channel * 2 + (real, imaginary)] (own channel only when split)
+#pragma unroll
+  for (int k = 0; k < kProducts; ++k)
+#pragma unroll
+    for (int i = 0; i < 36; ++i) acc[k][i] = 0.0f;
+  std::uint32_t a[2][kProducts][4];  // double-buffered A fragments: one k16 step in flight, the next formed
+  const float2* phase_lo = phase + group * p.shift_span;
+  const float2* phase_hi = phase + (group + 8) * p.shift_span;
+
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    copy_async_wait<kWgmmaStages - 3>();
+    fence_async_shared();
+    __syncthreads();
+    {
+      const int next = chunk + kWgmmaStages - 2;
+      if (next < chunks) load_stage(next, next % kWgmmaStages);
+      copy_async_commit();
+    }
+    const unsigned char* st = stages + (chunk % kWgmmaStages) * WgmmaLayout::stage_bytes;
+    const unsigned char* ss = st + WgmmaLayout::y_bytes;
+    const std::int32_t* shifts = reinterpret_cast<const std::int32_t*>(ss + Layout<9>::spectrum_bytes) + warp * kChunk;
+#pragma unroll
+    for (int step = 0; step < kChunk / 8; ++step) {
+      const int buffer = step & 1;  // kChunk / 8 is even: the parity carries across chunks
+      // The products that read this buffer two steps ago must be done before it is rewritten;
+      // the previous step's products keep running while this step's operands are formed.
+      warpgroup_wait<1>();
+      if constexpr (kSplit) {
+        step_operands_channel(ss, shifts, phase_lo, phase_hi, group, quad, step, channel,
+                              reinterpret_cast<std::uint32_t(&)[2][4]>(a[buffer]));
+      } else {
+        step_operands(ss, shifts, phase_lo, phase_hi, group, quad, step,
+                      reinterpret_cast<std::uint32_t(&)[4][4]>(a[buffer]));
+      }
+      const std::uint64_t desc = matrix_descriptor(st + step * 2 * 128, 128, WgmmaLayout::group_bytes);
+      warpgroup_fence();
+#pragma unroll
+      for (int k = 0; k < kProducts; ++k) {
+#pragma unroll
+        for (int i = 0; i < 36; ++i) pin(acc[k][i]);
+        wgmma_64x72x16(acc[k], a[buffer][k], desc);
+      }
+      warpgroup_commit();
+    }
+  }
+  warpgroup_wait<0>();
+#pragma unroll
+  for (int k = 0; k < kProducts; ++k)
+#pragma unroll
+    for (int i = 0; i < 36; ++i) pin(acc[k][i]);
+  write_outputs<9>(p, mx, my0, b, a0, group, quad, channel, kSplit ? 1 : 2, [&](int c, int r, int n, int i) {
+    return acc[(kSplit ? 0 : c * 2) + r][4 * n + i];
+  });
+}
+
+template <int kColumnTiles>
+__global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
+  using L = Layout<kColumnTiles>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int group = lane >> 2, quad = lane & 3;  // mma fragment coordinates
+  const int tile = blockIdx.x;
+  const int my0 = (tile % p.my_tiles) * kRows;
+  const int b_cta = p.b_begin + (tile / p.my_tiles) * kWarps;
+  const int b = b_cta + warp;
+  const int a0 = blockIdx.y * kColumnTiles * 8;
+  const int mx = blockIdx.z;
+
+  float2* phase = reinterpret_cast<float2*>(smem);
+  unsigned char* stages = smem + L::phase_bytes(p.shift_span);
+  fill_phase_table(p, my0, phase, kThreads);
+
+  const int chunks = p.exposures_padded / kChunk;
+  auto load_stage = [&](int chunk, int slot) {
+    unsigned char* st = stages + slot * L::stage_bytes;
+    const int e0 = chunk * kChunk;
+    // x phases: kColumnTiles * 8 rows of kChunk half2 = 8 x 16 B each.
+    for (int i = threadIdx.x; i < kColumnTiles * 8 * 8; i += kThreads) {
+      const int row = i >> 3, part = i & 7;
+      const __half2* src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + row) * p.exposures_padded + e0 + part * 4;
+      copy_async_16(st + row * kYRowBytes + part * 16, src);
+    }
+    // Spectra: 16 rows of kChunk uint2 = 16 x 16 B each.
+    unsigned char* ss = st + L::y_bytes;
+    for (int i = threadIdx.x; i < kRows * 16; i += kThreads) {
+      const int row = i >> 4, part = i & 15;
+      const uint2* src = p.half_spectra + (std::size_t(mx) * p.nyh_padded + my0 + row) * p.exposures_padded + e0 + part * 2;
+      copy_async_16(ss + row * kSpectrumRowBytes + part * 16, src);
+    }
+    // y shifts of the CTA's kWarps rows b: 8 x 16 B each.
+    unsigned char* sh = ss + L::spectrum_bytes;
+    for (int i = threadIdx.x; i < kWarps * 8; i += kThreads) {
+      const int row = i >> 3, part = i & 7;
+      const std::int32_t* src = p.shift_y_rel + std::size_t(b_cta + row) * p.exposures_padded + e0 + part * 4;
+      copy_async_16(sh + row * kShiftRowBytes + part * 16, src);
+    }
+  };
+
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < chunks) load_stage(s, s);
+    copy_async_commit();
+  }
+
+  float acc[2][2][kColumnTiles][4];  // [channel][real, imaginary][n8 tile][fragment]
+#pragma unroll
+  for (int c = 0; c < 2; ++c)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int n = 0; n < kColumnTiles; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[c][r][n][i] = 0.0f;
+
+  const float2* phase_lo = phase + group * p.shift_span;        // row my0 + group
+  const float2* phase_hi = phase + (group + 8) * p.shift_span;  // row my0 + group + 8
+  // ldmatrix row addresses: lane l serves matrix l/8 (0: tile n, k 0-7; 1: tile n, k 8-15;
+  // 2: tile n+1, k 0-7; 3: tile n+1, k 8-15), row l%8 (a column of the product).
+  const int ld_row = ((lane >> 4) * 8 + (lane & 7)) * kYRowBytes + ((lane >> 3) & 1) * 16;
+  const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
+
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    copy_async_wait<kStages - 2>();
+    __syncthreads();
+    {
+      const int next = chunk + kStages - 1;
+      if (next < chunks) load_stage(next, next % kStages);
+      copy_async_commit();
+    }
+    const unsigned char* st = stages + (chunk % kStages) * L::stage_bytes;
+    const unsigned char* ys = st;
+    const unsigned char* ss = st + L::y_bytes;
+    const std::int32_t* shifts = reinterpret_cast<const std::int32_t*>(ss + L::spectrum_bytes) + warp * kChunk;
+#pragma unroll
+    for (int step = 0; step < kChunk / 8; ++step) {
+      std::uint32_t operands[4][4];
+      step_operands(ss, shifts, phase_lo, phase_hi, group, quad, step, operands);
+      const unsigned char* ystep = ys + step * 32;  // 8 exposures = 32 bytes into each row
+#pragma unroll
+      for (int n = 0; n < kColumnTiles; n += 2) {
+        std::uint32_t b0, b1, b2 = 0, b3 = 0;
+        if (n + 1 < kColumnTiles) {
+          load_matrix_x4(b0, b1, b2, b3, ystep + n * 8 * kYRowBytes + ld_row);
+        } else {
+          load_matrix_x2(b0, b1, ystep + n * 8 * kYRowBytes + ld_row_x2);
+        }
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          mma_16x8x16(acc[c][0][n], operands[2 * c], b0, b1);
+          mma_16x8x16(acc[c][1][n], operands[2 * c + 1], b0, b1);
+        }
+        if (n + 1 < kColumnTiles) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            mma_16x8x16(acc[c][0][n + 1], operands[2 * c], b2, b3);
+            mma_16x8x16(acc[c][1][n + 1], operands[2 * c + 1], b2, b3);
+          }
+        }
+      }
+    }
+  }
+
+  // Epilogue: scale back (per-frequency scale and the inverse transform's 1/(nx ny)), write
+  // the velocity spectra; 8 consecutive my per column are 64 contiguous bytes.
+  write_outputs<kColumnTiles>(p, mx, my0, b, a0, group, quad, 0, 2,
+                              [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
+}
+
+// x phases in FP16: table[mx][a][e] = exp(2 pi i mx sx[a,e] / nx), zero for padded a and e.
+__global__ void x_phase_table_kernel(const std::int32_t* sx, const __half2* root_x, int nx, int va,
+                                     int va_padded, int exposures, int exposures_padded, __half2* table) {
+  const std::size_t idx = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t total = std::size_t(nx) * va_padded * exposures_padded;
+  if (idx >= total) return;
+  const int e = int(idx % exposures_padded);
+  const int a = int(idx / exposures_padded % va_padded);
+  const int mx = int(idx / (std::size_t(exposures_padded) * va_padded));
+  __half2 value = __floats2half2_rn(0.0f, 0.0f);
+  if (a < va && e < exposures) {
+    int j = int((long long)mx * sx[std::size_t(a) * exposures + e] % nx);
+    if (j < 0) j += nx;
+    value = root_x[j];
+  }
+  table[idx] = value;
+}
+
+}  // namespace tc
+
+namespace {
+
+class TensorCoreEngine final : public SpectralEngine {
+ public:
+  std::string name() const override { return "cuda-tc"; }
+
+ protected:
+  std::string engine_unsupported_reason(const SearchInput& input) const override {
+    const SeparableShifts shifts = integer_shifts(*input.bank);
+    const auto [lo, hi] = std::minmax_element(shifts.y.begin(), shifts.y.end());
+    const int span = *hi - *lo + 1;
+    if (std::max(tc::Layout<tc::kMaxColumnTiles>::total_bytes(span), tc::WgmmaLayout::total_bytes(span)) > kSharedBudget)
+      return "y shifts span " + std::to_string(span) + " pixels: the per-CTA phase table would not fit in "
+             "shared memory (at most about " + std::to_string((kSharedBudget - tc::kWgmmaStages * tc::WgmmaLayout::stage_bytes) / (tc::kRows * 8)) + ")";
+    return {};
+  }
+  int row_granularity() const override { return tc::kWarps; }
+
+  void prepare(SpectralState& s) override {
+    pack_half_spectra(s, tc::kWarps);
+    column_tiles_ = std::min(tc::kMaxColumnTiles, (s.va + 7) / 8);
+    // wgmma (HGMMA) when the column block is full width, mma.sync (HMMA) for narrow banks; the
+    // environment variable SHIFTSTACK_TC_KERNEL=mma|wgmma forces one (for tests and timing).
+    const char* forced = std::getenv("SHIFTSTACK_TC_KERNEL");
+    const std::string kernel = forced ? forced : (column_tiles_ == tc::kMaxColumnTiles ? "wgmma" : "mma");
+    require(kernel == "mma" || kernel == "wgmma" || kernel == "wgmma-split",
+            "SHIFTSTACK_TC_KERNEL must be mma, wgmma or wgmma-split, not '" + kernel + "'");
+    use_wgmma_ = kernel != "mma";
+    split_channels_ = kernel == "wgmma-split";
+    if (use_wgmma_) column_tiles_ = tc::kWgmmaColumns / 8;
+    column_blocks_ = (s.va + column_tiles_ * 8 - 1) / (column_tiles_ * 8);
+    va_padded_ = column_blocks_ * column_tiles_ * 8;
+    const FourierGeometry& g = s.geometry;
+    x_phases_.reserve(std::size_t(g.nx) * va_padded_ * s.exposures_padded);
+    const std::size_t total = x_phases_.size();
+    tc::x_phase_table_kernel<<<unsigned((total + 255) / 256), 256, 0, s.stream>>>(
+        s.shift_x.data(), s.root_x_half.data(), g.nx, s.va, va_padded_, s.exposures, s.exposures_padded,
+        x_phases_.data());
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
+
+  void contract(SpectralState& s, int b_begin, int b_end) override {
+    if (use_wgmma_) {
+      launch_wgmma(s, b_begin, b_end);
+      return;
+    }
+    switch (column_tiles_) {
+      case 1: launch<1>(s, b_begin, b_end); break;
+      case 2: launch<2>(s, b_begin, b_end); break;
+      case 3: launch<3>(s, b_begin, b_end); break;
+      case 4: launch<4>(s, b_begin, b_end); break;
+      case 5: launch<5>(s, b_begin, b_end); break;
+      case 6: launch<6>(s, b_begin, b_end); break;
+      case 7: launch<7>(s, b_begin, b_end); break;
+      case 8: launch<8>(s, b_begin, b_end); break;
+      default: launch<9>(s, b_begin, b_end); break;
+    }
+  }
+
+ private:
+  static constexpr int kSharedBudget = 110 * 1024;  // two CTAs per SM (228 KB each SM)
+
+  tc::Params params(SpectralState& s, int b_begin, int b_end) const {
+    const FourierGeometry& g = s.geometry;
+    tc::Params p{};
+    p.half_spectra = s.half_spectra.data();
+    p.scales = s.scales.data();
+    p.x_phases = x_phases_.data();
+    p.shift_y_rel = s.shift_y_rel.data();
+    p.root_y = s.root_y.data();
+    p.min_sy = g.min_sy;
+    p.shift_span = g.max_sy - g.min_sy + 1;
+    p.ny = g.ny;
+    p.nyh = g.nyh;
+    p.nyh_padded = s.nyh_padded;
+    p.exposures_padded = s.exposures_padded;
+    p.va = s.va;
+    p.va_padded = va_padded_;
+    p.my_tiles = s.nyh_padded / tc::kRows;
+    p.b_begin = b_begin;
+    p.b_end = b_end;
+    p.norm = s.inverse_norm();
+    p.out = s.velocity_spectra.data();
+    p.channel_stride = s.channel_stride(b_end - b_begin);
+    return p;
+  }
+
+  void launch_wgmma(SpectralState& s, int b_begin, int b_end) {
+    const tc::Params p = params(s, b_begin, b_end);
+    const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
+    const int smem = tc::WgmmaLayout::total_bytes(p.shift_span);
+    const dim3 grid(unsigned(row_groups * p.my_tiles), unsigned(column_blocks_), unsigned(s.geometry.nx));
+    if (split_channels_) {
+      SHIFTSTACK_CUDA_CHECK(
+          cudaFuncSetAttribute(tc::contract_wgmma_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      tc::contract_wgmma_kernel<true><<<grid, 2 * tc::kThreads, smem, s.stream>>>(p);
+    } else {
+      SHIFTSTACK_CUDA_CHECK(
+          cudaFuncSetAttribute(tc::contract_wgmma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      tc::contract_wgmma_kernel<false><<<grid, tc::kThreads, smem, s.stream>>>(p);
+    }
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
+
+  template <int kColumnTiles>
+  void launch(SpectralState& s, int b_begin, int b_end) {
+    const FourierGeometry& g = s.geometry;
+    const tc::Params p = params(s, b_begin, b_end);
+    const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
+    const int smem = tc::Layout<kColumnTiles>::total_bytes(p.shift_span);
+    SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(tc::contract_kernel<kColumnTiles>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const dim3 grid(unsigned(row_groups * p.my_tiles), unsigned(column_blocks_), unsigned(g.nx));
+    tc::contract_kernel<kColumnTiles><<<grid, tc::kThreads, smem, s.stream>>>(p);
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
+
+  int column_tiles_ = 0, column_blocks_ = 0, va_padded_ = 0;
+  bool use_wgmma_ = false, split_channels_ = false;
+  DeviceArray<__half2> x_phases_;
+};
+
+}  // namespace
+
+void register_tensor_core_engine() {
+  register_engine({"cuda-tc",
+                   "Fourier route, fused tensor-core contraction (FP16 operands with per-frequency scales, "
+                   "FP32 sums; wgmma, or mma.sync for narrow banks), cuFFT forward and inverse transforms",
+                   true, 30, [] { return std::make_unique<TensorCoreEngine>(); }, cuda_device_available, true});
+}
+
+}  // namespace shiftstack::cuda

@@ -1,0 +1,386 @@
+// Back half of the Fourier route, shared by the three engines: inverse FFTs per velocity and
+// channel (in place), crop to the search region, the exact no-sample test, Z = A / sqrt(B),
+// digest partials (double sums), candidates above a threshold, and per-origin top-k.
+#include <climits>
+
+#include "spectra.cuh"
+
+namespace shiftstack::cuda {
+
+namespace {
+
+constexpr int kScoreThreads = 256;
+
+struct ScoreInputs {
+  const float* real;           // [c][v_local][x][pitch]: the stacked A (c = 0) and B (c = 1)
+  std::size_t channel_stride;  // floats between the channels
+  std::size_t velocity_stride; // floats between velocities: nx * pitch
+  int pitch;
+  int va, b_begin;
+  int rx0, ry0, rw, rh;
+  const std::int32_t* sx;  // [a][E]
+  const std::int32_t* sy;  // [b][E]
+  const std::int32_t* probe_order;  // exposures, nearest t_ref first
+  const std::int32_t* extreme_probes;  // [v][SpectralState::kExtremeProbes]
+  int exposures;
+  const std::uint32_t* informative;
+  int words_per_column, width, height;
+  const unsigned int* floor_bits;  // smallest positive weighted phi (float bits), found on the device
+};
+
+// Exact: does any sample of this trial carry information? Trials with none have B = 0 in the
+// gather and are not scored; the FFT route's B there is rounding noise, so it is not used to
+// decide. Probing the exposures nearest t_ref first (smallest shifts), almost every trial answers
+// at its first probe; in stack order, trials near an edge moving outward probed hundreds.
+__device__ __forceinline__ bool informative_at(const ScoreInputs& in, const std::int32_t* sx, const std::int32_t* sy,
+                                               int e, int x, int y) {
+  const int px = x + sx[e], py = y + sy[e];
+  if (px < 0 || py < 0 || px >= in.width || py >= in.height) return false;
+  const std::uint32_t word = in.informative[(std::size_t(e) * in.width + px) * in.words_per_column + (py >> 5)];
+  return (word >> (py & 31)) & 1u;
+}
+
+// The exposure nearest t_ref first (interior origins), then the velocity's extreme-shift
+// exposures (origins near an edge or a corner), then every exposure nearest-first: the answer is
+// exact, and almost always found within a few probes.
+__device__ bool has_informative_sample(const ScoreInputs& in, int a, int b, int x, int y) {
+  const std::int32_t* sx = in.sx + std::size_t(a) * in.exposures;
+  const std::int32_t* sy = in.sy + std::size_t(b) * in.exposures;
+  if (informative_at(in, sx, sy, __ldg(in.probe_order), x, y)) return true;
+  const std::int32_t* extremes = in.extreme_probes + (std::size_t(b) * in.va + a) * SpectralState::kExtremeProbes;
+  for (int k = 0; k < SpectralState::kExtremeProbes; ++k)
+    if (informative_at(in, sx, sy, __ldg(extremes + k), x, y)) return true;
+  for (int k = 1; k < in.exposures; ++k)
+    if (informative_at(in, sx, sy, __ldg(in.probe_order + k), x, y)) return true;
+  return false;
+}
+
+// A and B of a scored trial; B below the floor (the smallest positive weighted phi, which the
+// exact B of a trial with an informative sample cannot undercut) is raised to it.
+__device__ void trial_sums(const ScoreInputs& in, int v_local, int x, int y, float& A, float& B, bool& clamped) {
+  const std::size_t at = std::size_t(v_local) * in.velocity_stride + std::size_t(x) * in.pitch + y;
+  A = in.real[at];
+  B = in.real[in.channel_stride + at];
+  const float b_floor = __uint_as_float(__ldg(in.floor_bits));
+  clamped = !(B >= b_floor);
+  if (clamped) B = b_floor;
+}
+
+__device__ void merge_partial(DigestPartial& into, const DigestPartial& other) {
+  into.sumA += other.sumA;
+  into.sumB += other.sumB;
+  into.scored += other.scored;
+  into.count += other.count;
+  into.clamped += other.clamped;
+  if (other.argmax_velocity < 0) return;
+  const bool better =
+      into.argmax_velocity < 0 || other.maxZ > into.maxZ ||
+      (other.maxZ == into.maxZ &&
+       (other.argmax_velocity != into.argmax_velocity ? other.argmax_velocity < into.argmax_velocity
+        : other.argmax_y != into.argmax_y             ? other.argmax_y < into.argmax_y
+                                                      : other.argmax_x < into.argmax_x));
+  if (better) {
+    into.maxZ = other.maxZ;
+    into.argmax_velocity = other.argmax_velocity;
+    into.argmax_x = other.argmax_x;
+    into.argmax_y = other.argmax_y;
+  }
+}
+
+// The probes of one velocity, resolved once per block: exposure and its shifts.
+struct Probes {
+  int exposure[1 + SpectralState::kExtremeProbes];
+  int sx[1 + SpectralState::kExtremeProbes];
+  int sy[1 + SpectralState::kExtremeProbes];
+};
+
+// True when one of the block's probes finds an informative sample; false means "not found yet".
+__device__ bool probes_hit(const ScoreInputs& in, const Probes& probes, int x, int y) {
+#pragma unroll
+  for (int k = 0; k < 1 + SpectralState::kExtremeProbes; ++k) {
+    const int px = x + probes.sx[k], py = y + probes.sy[k];
+    if (px < 0 || py < 0 || px >= in.width || py >= in.height) continue;
+    const std::uint32_t word =
+        __ldg(in.informative + (std::size_t(probes.exposure[k]) * in.width + px) * in.words_per_column + (py >> 5));
+    if ((word >> (py & 31)) & 1u) return true;
+  }
+  return false;
+}
+
+constexpr int kTrialsInFlight = 4;  // per thread: their A, B loads overlap the probes
+constexpr int kWarps = kScoreThreads / 32;
+// Trials every probe missed (mostly trials with no informative sample at all) wait in a per-warp
+// queue and are then decided by the whole warp, 32 exposures per step: walked by one thread
+// each, they kept whole blocks waiting at the final barrier.
+constexpr int kHardQueue = 96;
+
+struct HardTrial {
+  int x, y;
+  float A, B;
+  int clamped;
+};
+
+__device__ void offer(DigestPartial& mine, long long velocity, int x, int y, float A, float B, bool clamped,
+                      double z_thr, bool collect, double candidate_threshold, DeviceCandidate* candidates,
+                      unsigned long long* candidate_count, unsigned long long capacity) {
+  const double Z = double(A) / sqrt(double(B));
+  mine.sumA += A;
+  mine.sumB += B;
+  ++mine.scored;
+  mine.clamped += clamped;
+  if (Z > z_thr) ++mine.count;
+  // Same velocity throughout: ties go to the smaller (y, x).
+  if (mine.argmax_velocity < 0 || Z > mine.maxZ ||
+      (Z == mine.maxZ && (y != mine.argmax_y ? y < mine.argmax_y : x < mine.argmax_x))) {
+    mine.maxZ = Z;
+    mine.argmax_velocity = velocity;
+    mine.argmax_x = x;
+    mine.argmax_y = y;
+  }
+  if (collect && Z > candidate_threshold) {
+    const unsigned long long slot = atomicAdd(candidate_count, 1ull);
+    if (slot < capacity) candidates[slot] = DeviceCandidate{x, y, int(velocity), A, B, float(Z)};
+  }
+}
+
+// One block per velocity of the chunk; threads over the region's origins (y fastest: the real
+// planes are y-contiguous).
+__global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreInputs in, double z_thr, bool collect,
+                                                              double candidate_threshold,
+                                                              DeviceCandidate* candidates,
+                                                              unsigned long long* candidate_count,
+                                                              unsigned long long capacity,
+                                                              DigestPartial* partials) {
+  __shared__ DigestPartial reduce[kScoreThreads];
+  __shared__ Probes probes;
+  const int v_local = blockIdx.x;
+  const int a = v_local % in.va, b = in.b_begin + v_local / in.va;
+  const long long velocity = (long long)b * in.va + a;
+  if (threadIdx.x < 1 + SpectralState::kExtremeProbes) {
+    const int k = threadIdx.x;
+    const int e = k == 0 ? in.probe_order[0] : in.extreme_probes[velocity * SpectralState::kExtremeProbes + k - 1];
+    probes.exposure[k] = e;
+    probes.sx[k] = in.sx[std::size_t(a) * in.exposures + e];
+    probes.sy[k] = in.sy[std::size_t(b) * in.exposures + e];
+  }
+  __syncthreads();
+  __shared__ HardTrial hard[kWarps][kHardQueue];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const std::int32_t* sx = in.sx + std::size_t(a) * in.exposures;
+  const std::int32_t* sy = in.sy + std::size_t(b) * in.exposures;
+  int queued = 0;  // warp-uniform
+  DigestPartial mine{0, 0, -1e300, 0, 0, 0, -1, -1, -1};
+  auto drain = [&]() {
+    __syncwarp();
+    for (int t = 0; t < queued; ++t) {
+      const HardTrial h = hard[warp][t];
+      bool found = false;
+      for (int k0 = 0; k0 < in.exposures && !found; k0 += 32) {
+        const int k = k0 + lane;
+        found = __any_sync(0xffffffffu, k < in.exposures && informative_at(in, sx, sy, __ldg(in.probe_order + k), h.x, h.y));
+      }
+      if (found && lane == 0)
+        offer(mine, velocity, h.x, h.y, h.A, h.B, h.clamped != 0, z_thr, collect, candidate_threshold, candidates,
+              candidate_count, capacity);
+    }
+    queued = 0;
+    __syncwarp();
+  };
+  // Each thread owns columns y (lanes consecutive in y: coalesced) and walks the rows x, a few
+  // rows at a time so that their loads overlap; every thread runs the same iterations (the warp
+  // votes below need all lanes), and no divisions run in the loop.
+  for (int j0 = 0; j0 < in.rh; j0 += kScoreThreads) {
+    const int j = j0 + threadIdx.x;
+    const int y = in.ry0 + j;
+    for (int i0 = 0; i0 < in.rw; i0 += kTrialsInFlight) {
+      float A[kTrialsInFlight], B[kTrialsInFlight];
+      bool clamped[kTrialsInFlight];
+#pragma unroll
+      for (int u = 0; u < kTrialsInFlight; ++u)
+        if (j < in.rh && i0 + u < in.rw) trial_sums(in, v_local, in.rx0 + i0 + u, y, A[u], B[u], clamped[u]);
+#pragma unroll
+      for (int u = 0; u < kTrialsInFlight; ++u) {
+        const int x = in.rx0 + i0 + u;
+        const bool inside = j < in.rh && i0 + u < in.rw;
+        const bool hit = inside && probes_hit(in, probes, x, y);
+        if (hit)
+          offer(mine, velocity, x, y, A[u], B[u], clamped[u], z_thr, collect, candidate_threshold, candidates,
+                candidate_count, capacity);
+        const bool hard_trial = inside && !hit;
+        const unsigned ballot = __ballot_sync(0xffffffffu, hard_trial);
+        if (hard_trial)
+          hard[warp][queued + __popc(ballot & ((1u << lane) - 1u))] = HardTrial{x, y, A[u], B[u], clamped[u]};
+        queued += __popc(ballot);
+        if (queued > kHardQueue - 32) drain();
+      }
+    }
+  }
+  if (queued > 0) drain();
+  reduce[threadIdx.x] = mine;
+  __syncthreads();
+  for (int stride = kScoreThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) merge_partial(reduce[threadIdx.x], reduce[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[velocity] = reduce[0];
+}
+
+__device__ bool better_entry(float Z, int velocity, const TopEntry& than) {
+  return Z > than.Z || (Z == than.Z && velocity < than.velocity);
+}
+
+// Per origin: merge this chunk's velocities into the origin's best-k list (sorted best first).
+__global__ void top_k_kernel(ScoreInputs in, int velocities, int k, bool first_chunk, TopEntry* top) {
+  const long long origins = (long long)in.rw * in.rh;
+  const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= origins) return;
+  const int i = int(idx / in.rh), j = int(idx % in.rh);
+  const int x = in.rx0 + i, y = in.ry0 + j;
+  TopEntry list[kMaxTopK];
+  TopEntry* stored = top + (std::size_t(j) * in.rw + i) * k;  // origin-major in region order
+  for (int n = 0; n < k; ++n)
+    list[n] = first_chunk ? TopEntry{-__int_as_float(0x7f800000), 0, 0, -1} : stored[n];
+  for (int v_local = 0; v_local < velocities; ++v_local) {
+    const int a = v_local % in.va, b = in.b_begin + v_local / in.va;
+    if (!has_informative_sample(in, a, b, x, y)) continue;
+    float A, B;
+    bool clamped;
+    trial_sums(in, v_local, x, y, A, B, clamped);
+    const float Z = float(double(A) / sqrt(double(B)));
+    const int velocity = b * in.va + a;
+    if (!better_entry(Z, velocity, list[k - 1])) continue;
+    int n = k - 1;
+    while (n > 0 && better_entry(Z, velocity, list[n - 1])) {
+      list[n] = list[n - 1];
+      --n;
+    }
+    list[n] = TopEntry{Z, A, B, velocity};
+  }
+  for (int n = 0; n < k; ++n) stored[n] = list[n];
+}
+
+}  // namespace
+
+namespace {
+// One warp per velocity: arg max / arg min over exposures of sx, sy, sx + sy, sx - sy (ties to the
+// smaller exposure index).
+__global__ void extreme_probes_kernel(const std::int32_t* sx, const std::int32_t* sy, int va, int velocities,
+                                      int exposures, std::int32_t* probes) {
+  const int v = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (v >= velocities) return;
+  const int a = v % va, b = v / va;
+  constexpr int kScores = SpectralState::kExtremeProbes;
+  int best[kScores], where[kScores];
+  for (int k = 0; k < kScores; ++k) best[k] = INT_MIN, where[k] = exposures;
+  for (int e = lane; e < exposures; e += 32) {
+    const int x = sx[std::size_t(a) * exposures + e], y = sy[std::size_t(b) * exposures + e];
+    const int score[kScores] = {x, -x, y, -y, x + y, -x - y, x - y, y - x};
+    for (int k = 0; k < kScores; ++k)
+      if (score[k] > best[k]) best[k] = score[k], where[k] = e;  // e ascends: ties keep the first
+  }
+  for (int k = 0; k < kScores; ++k)
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const int other = __shfl_xor_sync(0xffffffffu, best[k], offset);
+      const int other_where = __shfl_xor_sync(0xffffffffu, where[k], offset);
+      if (other > best[k] || (other == best[k] && other_where < where[k])) best[k] = other, where[k] = other_where;
+    }
+  if (lane < kScores) {
+    int mine = where[0];
+    for (int k = 1; k < kScores; ++k)
+      if (lane == k) mine = where[k];
+    probes[std::size_t(v) * kScores + lane] = mine;
+  }
+}
+}  // namespace
+
+void find_extreme_probes(SpectralState& s) {
+  const int velocities = s.va * s.vb;
+  s.extreme_probes.reserve(std::size_t(velocities) * SpectralState::kExtremeProbes);
+  extreme_probes_kernel<<<unsigned((velocities + 7) / 8), 256, 0, s.stream>>>(
+      s.shift_x.data(), s.shift_y.data(), s.va, velocities, s.exposures, s.extreme_probes.data());
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+}
+
+void inverse_transforms(SpectralState& s, int rows) {
+  const int batch = 2 * rows * s.va;
+  auto& plan = s.inverse_plans[batch];
+  if (!plan) plan = std::make_unique<FftPlan>();
+  plan->make(s.geometry.nx, s.geometry.ny, batch, false, s.stream);
+  SHIFTSTACK_CUFFT_CHECK(cufftExecC2R(plan->handle(), reinterpret_cast<cufftComplex*>(s.velocity_spectra.data()),
+                                      reinterpret_cast<cufftReal*>(s.velocity_spectra.data())));
+}
+
+void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
+  const FourierGeometry& g = s.geometry;
+  const int velocities = (b_end - b_begin) * s.va;
+  const int pitch = 2 * g.nyh;
+  ScoreInputs in{};
+  in.real = reinterpret_cast<const float*>(s.velocity_spectra.data());
+  in.velocity_stride = std::size_t(g.nx) * pitch;
+  in.channel_stride = std::size_t(velocities) * in.velocity_stride;
+  in.pitch = pitch;
+  in.va = s.va;
+  in.b_begin = b_begin;
+  in.rx0 = s.region.x0, in.ry0 = s.region.y0, in.rw = s.region.width, in.rh = s.region.height;
+  in.sx = s.shift_x.data();
+  in.sy = s.shift_y.data();
+  in.probe_order = s.probe_order.data();
+  in.extreme_probes = s.extreme_probes.data();
+  in.exposures = s.exposures;
+  in.informative = s.informative.data();
+  in.words_per_column = s.words_per_column;
+  in.width = g.width;
+  in.height = g.height;
+  in.floor_bits = s.floor_bits.data();
+  score_kernel<<<velocities, kScoreThreads, 0, s.stream>>>(
+      in, s.z_thr, s.policy.collect_candidates, s.policy.candidate_threshold, s.candidates.data(),
+      s.candidate_count.data(), s.candidates.size(), s.partials.data());
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  if (s.policy.top_k > 0) {
+    const long long origins = s.region.count();
+    top_k_kernel<<<unsigned((origins + 127) / 128), 128, 0, s.stream>>>(in, velocities, s.policy.top_k,
+                                                                         first_chunk, s.top.data());
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
+}
+
+namespace {
+// Informative samples along each listed trial (the reference's obs_count).
+__global__ void observation_count_kernel(const int4* trials, int count, const std::int32_t* sx,
+                                         const std::int32_t* sy, int va, int exposures,
+                                         const std::uint32_t* informative, int words_per_column, int width,
+                                         int height, int* counts) {
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= count) return;
+  const int4 t = trials[idx];  // x, y, velocity
+  if (t.z < 0) {
+    counts[idx] = 0;
+    return;
+  }
+  const int a = t.z % va, b = t.z / va;
+  int observed = 0;
+  for (int e = 0; e < exposures; ++e) {
+    const int px = t.x + sx[std::size_t(a) * exposures + e], py = t.y + sy[std::size_t(b) * exposures + e];
+    if (px < 0 || py < 0 || px >= width || py >= height) continue;
+    observed += (informative[(std::size_t(e) * width + px) * words_per_column + (py >> 5)] >> (py & 31)) & 1u;
+  }
+  counts[idx] = observed;
+}
+}  // namespace
+
+std::vector<int> observation_counts(SpectralState& s, const std::vector<int4>& trials) {
+  std::vector<int> counts(trials.size());
+  if (trials.empty()) return counts;
+  DeviceArray<int4> list;
+  DeviceArray<int> out;
+  list.upload(trials, s.stream);
+  out.reserve(trials.size());
+  observation_count_kernel<<<unsigned((trials.size() + 255) / 256), 256, 0, s.stream>>>(
+      list.data(), int(trials.size()), s.shift_x.data(), s.shift_y.data(), s.va, s.exposures,
+      s.informative.data(), s.words_per_column, s.geometry.width, s.geometry.height, out.data());
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  counts = out.download(s.stream);
+  return counts;
+}
+
+}  // namespace shiftstack::cuda

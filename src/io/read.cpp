@@ -1,0 +1,535 @@
+// Exposures from FITS files: layout detection, planes, masks, epochs, PSFs and WCS.
+#include <glob.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "io/fits_util.hpp"
+#include "io/read_internal.hpp"
+#include "shiftstack/io/fits.hpp"
+#include "shiftstack/synth.hpp"
+
+namespace shiftstack::io {
+
+using detail::FitsFile;
+using detail::Header;
+
+std::vector<std::string> ReadOptions::default_flag_keys() {
+  // KBMOD's Rubin (butler) defaults, plus INTRP: interpolated pixels carry no real signal.
+  return {"BAD", "CLIPPED", "CR", "CROSSTALK", "EDGE", "INTRP", "NO_DATA", "SAT", "SENSOR_EDGE", "SUSPECT"};
+}
+
+// ---- input lists --------------------------------------------------------------------------
+
+namespace {
+
+bool has_fits_suffix(const std::string& name) {
+  std::string lower = name;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* suffix : {".fits", ".fit", ".fts", ".fz", ".fits.gz", ".fit.gz"}) {
+    const std::string s = suffix;
+    if (lower.size() > s.size() && lower.compare(lower.size() - s.size(), s.size(), s) == 0) return true;
+  }
+  return false;
+}
+
+void expand_one(const std::string& input, std::vector<std::string>& out, int depth) {
+  namespace fs = std::filesystem;
+  if (input.empty()) throw Error("empty input path");
+  if (input[0] == '@') {
+    if (depth > 4) throw Error(input + ": @list files nest too deeply");
+    const std::string list = input.substr(1);
+    std::ifstream in(list);
+    if (!in) throw Error(list + ": cannot read the input list");
+    const fs::path base = fs::path(list).parent_path();
+    std::string line;
+    while (std::getline(in, line)) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+      std::size_t start = line.find_first_not_of(" \t");
+      if (start == std::string::npos || line[start] == '#') continue;
+      line = line.substr(start);
+      // Relative entries are relative to the list file's folder.
+      const fs::path p(line);
+      expand_one(p.is_absolute() || line[0] == '@' ? line : (base / p).string(), out, depth + 1);
+    }
+    return;
+  }
+  std::error_code ec;
+  if (fs::is_directory(input, ec)) {
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(input, ec))
+      if (entry.is_regular_file() && has_fits_suffix(entry.path().filename().string()))
+        found.push_back(entry.path().string());
+    if (ec) throw Error(input + ": cannot list the directory: " + ec.message());
+    if (found.empty())
+      throw Error(input + ": directory has no FITS files (*.fits, *.fit, *.fts, *.fz, *.fits.gz)");
+    std::sort(found.begin(), found.end());
+    out.insert(out.end(), found.begin(), found.end());
+    return;
+  }
+  if (fs::exists(input, ec)) {
+    out.push_back(input);
+    return;
+  }
+  if (input.find_first_of("*?[") != std::string::npos) {
+    glob_t matches{};
+    const int status = ::glob(input.c_str(), 0, nullptr, &matches);
+    std::vector<std::string> found;
+    if (status == 0)
+      for (std::size_t i = 0; i < matches.gl_pathc; ++i)
+        if (fs::is_regular_file(matches.gl_pathv[i], ec)) found.push_back(matches.gl_pathv[i]);
+    globfree(&matches);
+    if (found.empty()) throw Error(input + ": pattern matches no files");
+    std::sort(found.begin(), found.end());
+    out.insert(out.end(), found.begin(), found.end());
+    return;
+  }
+  throw Error(input + ": no such file or directory");
+}
+
+}  // namespace
+
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
+  if (inputs.empty()) throw Error("no input files given");
+  std::vector<std::string> all;
+  for (const auto& input : inputs) expand_one(input, all, 0);
+  std::vector<std::string> unique;
+  std::set<std::string> seen;
+  for (const auto& path : all) {
+    std::error_code ec;
+    const auto key = std::filesystem::weakly_canonical(path, ec).string();
+    if (seen.insert(ec ? path : key).second) unique.push_back(path);
+  }
+  return unique;
+}
+
+// ---- one exposure -------------------------------------------------------------------------
+
+namespace {
+
+struct RawExposure {
+  Exposure exposure;
+  ExposureInfo info;
+  std::optional<Wcs> wcs;
+  double curve_x = 0, curve_y = 0;
+  double masked_fraction = 0;
+};
+
+// LSST/Rubin mask plane numbers, used when a mask HDU declares no MP_* keywords (KBMOD does
+// the same with its default mask_bits_dict).
+const std::map<std::string, int>& default_mask_planes() {
+  static const std::map<std::string, int> planes = {
+      {"BAD", 0},     {"SAT", 1},       {"INTRP", 2},       {"CR", 3},
+      {"EDGE", 4},    {"DETECTED", 5},  {"DETECTED_NEGATIVE", 6}, {"SUSPECT", 7},
+      {"NO_DATA", 8}, {"CLIPPED", 9},   {"CROSSTALK", 10},  {"INEXACT_PSF", 11},
+      {"NOT_DEBLENDED", 12}, {"REJECTED", 13}, {"SENSOR_EDGE", 14}, {"UNMASKEDNAN", 15}};
+  return planes;
+}
+
+// Bits to reject, from MP_<NAME> = bit keywords and the configured names.
+std::uint64_t rejected_bits(const Header& mask_header, const Header& primary, const ReadOptions& o,
+                            std::string& description) {
+  if (o.mask_kind == MaskKind::bitmask) {
+    std::ostringstream s;
+    s << "integer codes, reject bits 0x" << std::hex << o.mask_bitmask;
+    description = s.str();
+    return o.mask_bitmask;
+  }
+  std::map<std::string, int> planes;
+  for (const Header* h : {&mask_header, &primary})
+    for (const auto& [key, value] : h->cards)
+      if (key.rfind("MP_", 0) == 0 && !planes.count(key.substr(3))) {
+        const auto bit = h->number(key);
+        if (!bit || *bit < 0 || *bit > 63 || *bit != std::floor(*bit))
+          throw Error("mask plane keyword " + key + " = " + value + " is not a bit number 0..63");
+        planes[key.substr(3)] = int(*bit);
+      }
+  const bool declared = !planes.empty();
+  if (!declared) planes = default_mask_planes();
+  std::uint64_t bits = 0;
+  std::string used;
+  for (const auto& name : o.flag_keys) {
+    const auto it = planes.find(name);
+    if (it == planes.end()) continue;  // a plane this file does not define cannot be set
+    bits |= std::uint64_t(1) << it->second;
+    used += (used.empty() ? "" : ",") + name;
+  }
+  description = "planes " + (used.empty() ? std::string("(none of flag_keys present)") : used) +
+                (declared ? " (MP_* keywords)" : " (default plane numbers: no MP_* keywords)");
+  return bits;
+}
+
+Image<float> read_psf(const FitsFile& file, const Header& header, const std::string& what) {
+  Image<float> psf = detail::read_float_image(file, header, what);
+  if (psf.width % 2 == 0 || psf.height % 2 == 0)
+    throw Error(file.path() + ": " + what + " is " + std::to_string(psf.width) + "x" +
+                std::to_string(psf.height) + "; a PSF kernel must have odd sides (centred on its middle pixel)");
+  double sum = 0;
+  for (float v : psf.pixels) {
+    if (!std::isfinite(v)) throw Error(file.path() + ": " + what + " has a non-finite value");
+    sum += v;
+  }
+  if (!(sum > 0)) throw Error(file.path() + ": " + what + " sums to " + std::to_string(sum) + "; expected > 0");
+  // Kernels stored in float sum to 1 within rounding; rescale only real departures so that a
+  // kernel written from memory reads back bit for bit.
+  constexpr double normalization_tolerance = 1e-5;
+  if (std::abs(sum - 1) > normalization_tolerance)
+    for (float& v : psf.pixels) v = float(v / sum);
+  return psf;
+}
+
+// Combines the planes of one exposure into an Exposure, masking what cannot be used.
+RawExposure assemble(const std::string& label, Image<float> science, Image<float> variance,
+                     const std::vector<long long>* mask_codes, long mask_width, long mask_height,
+                     std::uint64_t reject, const ReadOptions& o) {
+  auto shape = [](long w, long h) { return std::to_string(w) + "x" + std::to_string(h); };
+  if (variance.width != science.width || variance.height != science.height)
+    throw Error(label + ": variance plane is " + shape(variance.width, variance.height) +
+                " but the science plane is " + shape(science.width, science.height));
+  if (mask_codes && (mask_width != science.width || mask_height != science.height))
+    throw Error(label + ": mask plane is " + shape(mask_width, mask_height) +
+                " but the science plane is " + shape(science.width, science.height));
+  RawExposure raw;
+  Exposure& x = raw.exposure;
+  x.label = label;
+  const std::size_t n = science.size();
+  x.mask = Image<std::uint8_t>(science.width, science.height, 0);
+  std::int64_t masked = 0, nonfinite = 0, finite_science = 0, usable_variance = 0;
+  for (std::size_t p = 0; p < n; ++p) {
+    float& s = science.pixels[p];
+    float& v = variance.pixels[p];
+    switch (o.variance_kind) {
+      case VarianceKind::variance: break;
+      case VarianceKind::sigma: v = v * v; break;
+      case VarianceKind::weight: v = v > 0 ? 1.0f / v : std::numeric_limits<float>::quiet_NaN(); break;
+    }
+    const bool science_ok = std::isfinite(s);
+    const bool variance_ok = std::isfinite(v) && v > 0;
+    finite_science += science_ok;
+    usable_variance += variance_ok;
+    if (mask_codes && (std::uint64_t((*mask_codes)[p]) & reject)) {
+      x.mask.pixels[p] = 1;
+      ++masked;
+    } else if (!science_ok || !variance_ok) {
+      x.mask.pixels[p] = 1;
+      ++nonfinite;
+    }
+    // Non-finite values are replaced so no later arithmetic sees them; the mask carries them.
+    if (!science_ok) s = 0;
+    if (!variance_ok) v = 1;
+  }
+  if (finite_science == 0) throw Error(label + ": science plane has no finite values (all NaN/inf)");
+  if (usable_variance == 0) {
+    const char* plane = o.variance_kind == VarianceKind::sigma    ? "sigma"
+                        : o.variance_kind == VarianceKind::weight ? "weight"
+                                                                  : "variance";
+    throw Error(label + ": " + plane + " plane has no usable values (none finite and > 0)");
+  }
+  x.science = std::move(science);
+  x.variance = std::move(variance);
+  raw.info.masked_pixels = masked;
+  raw.info.nonfinite_pixels = nonfinite;
+  raw.masked_fraction = double(masked + nonfinite) / double(n);
+  return raw;
+}
+
+// Per-exposure header values: epoch, throughput, common curve, WCS.
+void read_metadata(RawExposure& raw, const Header& hdu, const Header& primary, const ReadOptions& o) {
+  const std::string& label = raw.exposure.label;
+  const detail::EpochReading epoch = detail::read_epoch(hdu, primary, o.epoch_keyword, label);
+  raw.exposure.epoch = epoch.mjd;
+  raw.info.epoch = epoch.mjd;
+  raw.info.epoch_keyword = epoch.keyword;
+  auto number = [&](const std::string& key) -> std::optional<double> {
+    if (key.empty()) return std::nullopt;
+    try {
+      if (auto v = hdu.number(key)) return v;
+      return primary.number(key);
+    } catch (const Error& e) {
+      throw Error(label + ": " + e.what());
+    }
+  };
+  raw.exposure.throughput = number(o.throughput_keyword).value_or(1.0);
+  if (!(std::isfinite(raw.exposure.throughput) && raw.exposure.throughput > 0))
+    throw Error(label + ": " + o.throughput_keyword + " = " + std::to_string(raw.exposure.throughput) +
+                "; a throughput must be finite and > 0");
+  raw.info.throughput = raw.exposure.throughput;
+  raw.curve_x = number(o.curve_keywords[0]).value_or(0.0);
+  raw.curve_y = number(o.curve_keywords[1]).value_or(0.0);
+  if (!std::isfinite(raw.curve_x) || !std::isfinite(raw.curve_y))
+    throw Error(label + ": common-curve offset keywords are not finite");
+  raw.wcs = Wcs::from_header(hdu.raw, label);
+  if (!raw.wcs) raw.wcs = Wcs::from_header(primary.raw, label + " (primary header)");
+  raw.info.has_wcs = bool(raw.wcs);
+}
+
+void set_psf(RawExposure& raw, std::optional<Image<float>> kernel, const std::string& source,
+             const ReadOptions& o) {
+  if (kernel) {
+    raw.info.psf = "kernel " + source + " " + std::to_string(kernel->width) + "x" + std::to_string(kernel->height);
+    raw.exposure.psf = std::move(*kernel);
+  } else {
+    raw.exposure.psf = gaussian_psf(o.psf_sigma);
+    std::ostringstream s;
+    s << "gaussian sigma " << o.psf_sigma << " px (psf_val)";
+    raw.info.psf = s.str();
+  }
+}
+
+std::string extname_of(const Header& h) { return h.text("EXTNAME").value_or(""); }
+
+// Rubin/KBMOD layout: one exposure per file.
+RawExposure read_rubin(FitsFile& file, const Header& primary, const ReadOptions& o) {
+  const std::string& path = file.path();
+  const int hdus = file.hdu_count();
+  int science_hdu = 0, mask_hdu = 0, variance_hdu = 0;
+  std::string names;
+  if (file.move_to_name(o.science_hdu)) {
+    science_hdu = file.current_hdu();
+    if (file.move_to_name(o.variance_hdu)) variance_hdu = file.current_hdu();
+    if (file.move_to_name(o.mask_hdu)) mask_hdu = file.current_hdu();
+    if (!variance_hdu)
+      throw Error(path + ": has a " + o.science_hdu + " HDU but no HDU named " + o.variance_hdu +
+                  " (config variance_hdu); a search needs the noise of every pixel");
+    names = o.science_hdu + "," + (mask_hdu ? o.mask_hdu : std::string("(no mask)")) + "," + o.variance_hdu;
+  } else {
+    // Positional: HDUs 1, 2, 3 are science, mask, variance, but only when they are unnamed;
+    // named HDUs that match nothing configured are more likely a different layout.
+    std::vector<std::string> found;
+    for (int h = 2; h <= hdus; ++h) {
+      file.move_to(h);
+      found.push_back(extname_of(Header::read(file)));
+    }
+    const bool unnamed = hdus >= 4 && found[0].empty() && found[1].empty() && found[2].empty();
+    if (!unnamed) {
+      std::string listing;
+      for (std::size_t i = 0; i < found.size(); ++i)
+        listing += (i ? ", " : "") + std::to_string(i + 1) + ":" + (found[i].empty() ? "(unnamed)" : found[i]);
+      throw Error(path + ": no HDU named " + o.science_hdu + " and HDUs 1-3 are not an unnamed science, mask, " +
+                  "variance triple (found " + std::to_string(hdus) + " HDUs" +
+                  (listing.empty() ? "" : ": " + listing) +
+                  "); set science_hdu, mask_hdu and variance_hdu in the config");
+    }
+    science_hdu = 2;
+    mask_hdu = 3;
+    variance_hdu = 4;
+    names = "HDU1,HDU2,HDU3";
+  }
+
+  file.move_to(science_hdu);
+  const Header science_header = Header::read(file);
+  const std::string label = path;
+  Image<float> science = detail::read_float_image(file, science_header, "science plane");
+  file.move_to(variance_hdu);
+  const Header variance_header = Header::read(file);
+  Image<float> variance = detail::read_float_image(file, variance_header, "variance plane");
+  // One code buffer per thread, reused from file to file (see read_integer_image).
+  thread_local std::vector<long long> codes;
+  long mw = 0, mh = 0;
+  std::uint64_t reject = 0;
+  std::string mask_description = "none (no mask plane)";
+  if (mask_hdu) {
+    file.move_to(mask_hdu);
+    const Header mask_header = Header::read(file);
+    detail::read_integer_image(file, mask_header, "mask plane", codes, mw, mh);
+    try {
+      reject = rejected_bits(mask_header, primary, o, mask_description);
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what());
+    }
+  }
+  RawExposure raw = assemble(label, std::move(science), std::move(variance), mask_hdu ? &codes : nullptr,
+                             mw, mh, reject, o);
+  raw.info.file = path;
+  raw.info.hdus = names;
+  raw.info.mask = mask_description;
+  read_metadata(raw, science_header, primary, o);
+
+  std::optional<Image<float>> kernel;
+  if (!o.psf_hdu.empty() && file.move_to_name(o.psf_hdu)) {
+    const Header psf_header = Header::read(file);
+    kernel = read_psf(file, psf_header, "PSF HDU " + o.psf_hdu);
+  }
+  set_psf(raw, std::move(kernel), o.psf_hdu, o);
+  return raw;
+}
+
+// KBMOD WorkUnit: SCI_i, VAR_i, MSK_i, PSF_i for i = 0, 1, ...
+std::vector<RawExposure> read_workunit(FitsFile& file, const Header& primary, const ReadOptions& o) {
+  const std::string& path = file.path();
+  std::vector<RawExposure> out;
+  int count = -1;
+  if (auto n = primary.number("NUMIMG")) count = int(*n);
+  for (int i = 0; count < 0 || i < count; ++i) {
+    const std::string index = std::to_string(i);
+    const std::string label = path + "[SCI_" + index + "]";
+    if (!file.move_to_name("SCI_" + index)) {
+      if (count < 0 && i > 0) break;
+      throw Error(path + ": WorkUnit has no HDU SCI_" + index +
+                  (count >= 0 ? " (NUMIMG = " + std::to_string(count) + ")" : ""));
+    }
+    const Header science_header = Header::read(file);
+    Image<float> science = detail::read_float_image(file, science_header, "SCI_" + index);
+    if (!file.move_to_name("VAR_" + index)) throw Error(path + ": WorkUnit has SCI_" + index + " but no VAR_" + index);
+    const Header variance_header = Header::read(file);
+    Image<float> variance = detail::read_float_image(file, variance_header, "VAR_" + index);
+    thread_local std::vector<long long> codes;
+    long mw = 0, mh = 0;
+    const bool has_mask = file.move_to_name("MSK_" + index);
+    if (has_mask) {
+      const Header mask_header = Header::read(file);
+      detail::read_integer_image(file, mask_header, "MSK_" + index, codes, mw, mh);
+    }
+    // WorkUnit masks are already binarized by KBMOD: any non-zero value rejects.
+    RawExposure raw = assemble(label, std::move(science), std::move(variance), has_mask ? &codes : nullptr,
+                               mw, mh, ~std::uint64_t(0), o);
+    raw.info.file = path;
+    raw.info.hdus = "SCI_" + index + "," + (has_mask ? "MSK_" + index : std::string("(no mask)")) + ",VAR_" + index;
+    raw.info.mask = has_mask ? "binary (WorkUnit MSK_i: non-zero rejects)" : "none (no MSK_i)";
+    read_metadata(raw, science_header, primary, o);
+    std::optional<Image<float>> kernel;
+    if (file.move_to_name("PSF_" + index)) {
+      const Header psf_header = Header::read(file);
+      kernel = read_psf(file, psf_header, "PSF_" + index);
+    }
+    set_psf(raw, std::move(kernel), "PSF_" + index, o);
+    out.push_back(std::move(raw));
+  }
+  return out;
+}
+
+std::vector<RawExposure> read_file(const std::string& path, const ReadOptions& o) {
+  FitsFile file = FitsFile::open_read(path);
+  file.move_to(1);
+  const Header primary = Header::read(file);
+  const bool workunit = o.layout == Layout::workunit ||
+                        (o.layout == Layout::automatic && file.move_to_name("SCI_0"));
+  std::vector<RawExposure> out;
+  if (workunit) {
+    out = read_workunit(file, primary, o);
+  } else {
+    out.push_back(read_rubin(file, primary, o));
+  }
+  file.close();
+  return out;
+}
+
+}  // namespace
+
+// ---- the stack ----------------------------------------------------------------------------
+
+LoadedStack read_exposures(const std::vector<std::string>& files, const ReadOptions& o) {
+  if (files.empty()) throw Error("no input files");
+  if (!(o.psf_sigma > 0 && std::isfinite(o.psf_sigma)))
+    throw Error("psf_val must be > 0, got " + std::to_string(o.psf_sigma));
+  if (!(o.max_masked_fraction >= 0 && o.max_masked_fraction <= 1))
+    throw Error("max_masked_pixels must be in [0, 1], got " + std::to_string(o.max_masked_fraction));
+  const int n = int(files.size());
+  std::vector<std::vector<RawExposure>> per_file(n);
+  std::vector<std::string> errors(n);
+  const int threads = o.threads > 0 ? o.threads : 0;
+
+  // Different files in parallel; one file is never shared between threads (cfitsio shares a
+  // handle's buffers between opens of the same file).
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads > 0 ? threads : omp_get_max_threads())
+  for (int i = 0; i < n; ++i) {
+    try {
+      per_file[i] = read_file(files[i], o);
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
+    }
+  }
+  for (const auto& e : errors)
+    if (!e.empty()) throw Error(e);
+
+  LoadedStack loaded;
+  std::vector<RawExposure> all;
+  for (auto& list : per_file)
+    for (auto& raw : list) all.push_back(std::move(raw));
+  if (all.empty()) throw Error("the inputs hold no exposures");
+
+  // One pixel grid for all.
+  const int width = all[0].exposure.science.width, height = all[0].exposure.science.height;
+  for (const auto& raw : all)
+    if (raw.exposure.science.width != width || raw.exposure.science.height != height)
+      throw Error(raw.exposure.label + " is " + std::to_string(raw.exposure.science.width) + "x" +
+                  std::to_string(raw.exposure.science.height) + " but " + all[0].exposure.label + " is " +
+                  std::to_string(width) + "x" + std::to_string(height) +
+                  ": all exposures must share one pixel grid (warp them to a common frame first)");
+
+  // Exposures mostly masked carry little and bias the clipping: dropped, as KBMOD does.
+  std::vector<RawExposure> kept;
+  for (auto& raw : all) {
+    if (raw.masked_fraction > o.max_masked_fraction) {
+      std::ostringstream s;
+      s.precision(3);
+      s << raw.exposure.label << ": dropped, " << 100 * raw.masked_fraction
+        << "% of its pixels are masked (max_masked_pixels = " << o.max_masked_fraction << ")";
+      loaded.warnings.push_back(s.str());
+      continue;
+    }
+    kept.push_back(std::move(raw));
+  }
+  if (kept.size() < 2)
+    throw Error("only " + std::to_string(kept.size()) + " usable exposure(s) after masking; a search needs at least 2");
+
+  std::stable_sort(kept.begin(), kept.end(),
+                   [](const RawExposure& a, const RawExposure& b) { return a.exposure.epoch < b.exposure.epoch; });
+  for (std::size_t i = 1; i < kept.size(); ++i)
+    if (kept[i].exposure.epoch == kept[i - 1].exposure.epoch) {
+      std::ostringstream s;
+      s.precision(12);
+      s << kept[i].exposure.label << " and " << kept[i - 1].exposure.label << " have the same epoch (MJD "
+        << kept[i].exposure.epoch << ", from " << kept[i].info.epoch_keyword << ")";
+      throw Error(s.str());
+    }
+
+  // Shift-and-stack works in pixels: every exposure must be on the same grid. Compare where
+  // each WCS puts the first exposure's centre.
+  const Wcs* reference = nullptr;
+  for (const auto& raw : kept)
+    if (raw.wcs) {
+      reference = &*raw.wcs;
+      break;
+    }
+  if (reference) {
+    const double cx = 0.5 * (width - 1), cy = 0.5 * (height - 1);
+    const SkyPosition centre = reference->pixel_to_sky(cx, cy);
+    constexpr double max_offset_pixels = 0.5;
+    for (const auto& raw : kept) {
+      if (!raw.wcs) continue;
+      double x = 0, y = 0;
+      try {
+        raw.wcs->sky_to_pixel(centre.ra, centre.dec, x, y);
+      } catch (const Error&) {
+        continue;
+      }
+      const double offset = std::hypot(x - cx, y - cy);
+      if (offset > max_offset_pixels) {
+        std::ostringstream s;
+        s.precision(3);
+        s << raw.exposure.label << ": its WCS puts the common image centre " << offset
+          << " px away from the first exposure's; the search assumes one pixel grid (warp the images first)";
+        loaded.warnings.push_back(s.str());
+      }
+    }
+  }
+
+  for (auto& raw : kept) {
+    loaded.curve_x.push_back(raw.curve_x);
+    loaded.curve_y.push_back(raw.curve_y);
+    loaded.info.push_back(std::move(raw.info));
+    loaded.wcs.push_back(std::move(raw.wcs));
+    loaded.stack.exposures.push_back(std::move(raw.exposure));
+  }
+  validate(loaded.stack);
+  return loaded;
+}
+
+}  // namespace shiftstack::io

@@ -1,0 +1,122 @@
+// wcslib wrapper. wcspih translates SIP (A_p_q, ...) and TPV (PVi_m) distortions itself.
+#include "shiftstack/io/wcs.hpp"
+
+#include <wcslib/wcs.h>
+#include <wcslib/wcserr.h>
+#include <wcslib/wcsfix.h>
+#include <wcslib/wcshdr.h>
+
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "shiftstack/error.hpp"
+
+namespace shiftstack::io {
+
+struct Wcs::State {
+  mutable wcsprm wcs{};
+  // wcsp2s/wcss2p keep scratch memory in the distortion structs: one caller at a time.
+  mutable std::mutex lock;
+  std::string label;
+  ~State() { wcsfree(&wcs); }
+};
+
+std::optional<Wcs> Wcs::from_header(const std::string& cards, const std::string& label) {
+  // Files are read in parallel; wcslib's header parser is not documented as re-entrant.
+  static std::mutex parse_lock;
+  std::lock_guard<std::mutex> guard(parse_lock);
+  const int keys = int(cards.size() / 80);
+  int rejected = 0, count = 0;
+  wcsprm* all = nullptr;
+  std::string buffer = cards;  // wcspih may annotate the cards it consumed; keep ours intact
+  const int status = wcspih(buffer.data(), keys, WCSHDR_all, 0, &rejected, &count, &all);
+  if (status != 0) throw Error(label + ": wcslib cannot parse the WCS header (status " + std::to_string(status) + ")");
+  std::optional<Wcs> result;
+  std::string failure;
+  for (int i = 0; i < count && !result && failure.empty(); ++i) {
+    wcsprm& candidate = all[i];
+    if (candidate.alt[0] != ' ' && candidate.alt[0] != 0) continue;  // primary description only
+    // Only headers that declare celestial axes count as having a WCS.
+    bool celestial = false;
+    for (int axis = 0; axis < candidate.naxis; ++axis) {
+      const std::string ctype = candidate.ctype[axis];
+      if (ctype.rfind("RA--", 0) == 0 || ctype.rfind("DEC-", 0) == 0 || ctype.rfind("GLON", 0) == 0 ||
+          ctype.rfind("GLAT", 0) == 0 || ctype.rfind("ELON", 0) == 0 || ctype.rfind("ELAT", 0) == 0)
+        celestial = true;
+    }
+    if (!celestial) continue;
+    auto state = std::make_shared<State>();
+    state->label = label;
+    state->wcs.flag = -1;
+    if (wcssub(1, &candidate, nullptr, nullptr, &state->wcs) != 0) {
+      failure = label + ": wcslib cannot copy the WCS";
+      break;
+    }
+    // Translate non-standard but common forms (e.g. DATE-OBS formats, CDELT with CD) first.
+    int fix_status[NWCSFIX];
+    wcsfix(7, nullptr, &state->wcs, fix_status);
+    wcserr_enable(1);
+    const int set_status = wcsset(&state->wcs);
+    if (set_status != 0) {
+      std::string why = state->wcs.err && state->wcs.err->msg ? state->wcs.err->msg : wcs_errmsg[set_status];
+      failure = label + ": wcslib rejects the WCS: " + why;
+      break;
+    }
+    if (state->wcs.lng < 0 || state->wcs.lat < 0) continue;
+    Wcs w;
+    w.state_ = std::move(state);
+    result = std::move(w);
+  }
+  wcsvfree(&count, &all);
+  if (!failure.empty()) throw Error(failure);
+  return result;
+}
+
+SkyPosition Wcs::pixel_to_sky(double x, double y) const {
+  std::lock_guard<std::mutex> guard(state_->lock);
+  wcsprm& w = state_->wcs;
+  // FITS pixels are 1-based: our 0-based (x, y) is (x + 1, y + 1) there.
+  std::vector<double> pixel(w.naxis, 1.0), intermediate(w.naxis), world(w.naxis);
+  pixel[0] = x + 1;
+  pixel[1] = y + 1;
+  double phi = 0, theta = 0;
+  int stat = 0;
+  const int status = wcsp2s(&w, 1, w.naxis, pixel.data(), intermediate.data(), &phi, &theta, world.data(), &stat);
+  if (status != 0)
+    throw Error(state_->label + ": pixel (" + std::to_string(x) + ", " + std::to_string(y) +
+                ") has no sky position: " + wcs_errmsg[status]);
+  return {world[w.lng], world[w.lat]};
+}
+
+void Wcs::sky_to_pixel(double ra, double dec, double& x, double& y) const {
+  std::lock_guard<std::mutex> guard(state_->lock);
+  wcsprm& w = state_->wcs;
+  std::vector<double> pixel(w.naxis), intermediate(w.naxis), world(w.naxis, 0.0);
+  world[w.lng] = ra;
+  world[w.lat] = dec;
+  double phi = 0, theta = 0;
+  int stat = 0;
+  const int status = wcss2p(&w, 1, w.naxis, world.data(), &phi, &theta, intermediate.data(), pixel.data(), &stat);
+  if (status != 0)
+    throw Error(state_->label + ": sky position (" + std::to_string(ra) + ", " + std::to_string(dec) +
+                ") has no pixel: " + wcs_errmsg[status]);
+  x = pixel[0] - 1;
+  y = pixel[1] - 1;
+}
+
+std::string Wcs::description() const {
+  const wcsprm& w = state_->wcs;
+  std::string d;
+  for (int axis = 0; axis < w.naxis; ++axis) {
+    std::string c = w.ctype[axis];
+    while (!c.empty() && c.back() == ' ') c.pop_back();
+    d += (axis ? "/" : "") + c;
+  }
+  if (has_distortion()) d += " (with distortion)";
+  return d;
+}
+
+bool Wcs::has_distortion() const { return state_->wcs.lin.dispre || state_->wcs.lin.disseq; }
+
+}  // namespace shiftstack::io

@@ -1,0 +1,296 @@
+// The Fourier-route CUDA engines (cuda-fourier, cuda-gemm, cuda-tc) against independent
+// computations: the `reference` engine on `ci` and a small stack, the CPU emulation of the
+// tensor-core operator, and on `dense` the exact FP32 gather (cuda-fast) where it is built.
+// SPEC 4 tolerances: FP32 for cuda-fourier, reduced for the FP16 tensor-core paths.
+// DISABLED_DenseStageTimes prints the stage split of each engine on `dense` (no pass/fail on time):
+//   shiftstack_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='*DenseStageTimes*'
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <mutex>
+
+#include "../../src/cuda/spectral_engine.hpp"
+#include "../test_support.hpp"
+#include "shiftstack/tc_emulation.hpp"
+
+using namespace shiftstack;
+using namespace shiftstack::testing;
+
+namespace {
+
+const std::vector<std::string> kEngines = {"cuda-fourier", "cuda-gemm", "cuda-tc"};
+
+const EngineInfo* find_info(const std::string& name) {
+  for (const auto& info : engines())
+    if (info.name == name) return &info;
+  return nullptr;
+}
+
+bool device_present() {
+  const EngineInfo* info = find_info("cuda-tc");
+  return info && info->available();
+}
+
+DigestTolerance tolerance_for(const std::string& engine) {
+  return find_info(engine)->reduced_arithmetic ? DigestTolerance::reduced() : DigestTolerance::fp32();
+}
+
+struct Case {
+  KitStack kit;
+  EncodedStack stack;
+  SearchResult reference;
+  std::int64_t near_threshold = 0;  // reference trials within 1e-4 of z_thr
+};
+
+OutputPolicy listing_policy(double z_thr) {
+  OutputPolicy policy;
+  policy.collect_candidates = true;
+  policy.candidate_threshold = z_thr - 1e-4;
+  return policy;
+}
+
+// Reference runs, made once per (workload, encoding) and kept for the whole binary.
+const Case& case_for(const std::string& workload_name, Encoding encoding, const std::string& reference_engine) {
+  static std::map<std::string, Case> cache;
+  static std::mutex lock;
+  std::lock_guard guard(lock);
+  const std::string key = workload_name + "/" + to_string(encoding) + "/" + reference_engine;
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  Case c;
+  if (workload_name == "tiny") {
+    KitOptions o = workload("ci");
+    o.exposures = 12, o.width = 64, o.height = 48, o.vx_count = 5, o.vy_count = 7;
+    o.velocity_displacement = 6, o.curve_amplitude = 2;
+    c.kit = make_kit(o);
+  } else {
+    c.kit = make_kit(workload(workload_name));
+  }
+  c.stack = encode_kit(c.kit, encoding);
+  auto engine = make_engine(reference_engine);
+  const double z_thr = bonferroni_threshold(0.05, double(c.stack.width) * c.stack.height * c.kit.bank.size());
+  c.reference = search(*engine, c.stack, c.kit.bank, listing_policy(z_thr));
+  for (const auto& cand : c.reference.candidates)
+    if (std::abs(cand.Z - c.reference.digest.z_thr) <= 1e-4) ++c.near_threshold;
+  return cache.emplace(key, std::move(c)).first->second;
+}
+
+void expect_agreement(const std::string& engine_name, const Case& c, const SearchResult& r,
+                      const DigestTolerance& tol) {
+  const DigestComparison cmp = compare(c.reference.digest, r.digest, tol, c.near_threshold);
+  std::printf("  %-13s %s\n  %-13s %s\n  d maxZ %.3g, rel sumA %.3g, rel sumB %.3g, d count %lld\n",
+              c.reference.engine.c_str(), describe(c.reference.digest).c_str(), engine_name.c_str(),
+              describe(r.digest).c_str(), cmp.d_maxZ, cmp.rel_sumA, cmp.rel_sumB, (long long)cmp.d_count);
+  for (const auto& f : cmp.failures) ADD_FAILURE() << engine_name << ": " << f;
+  EXPECT_EQ(r.digest.scored, c.reference.digest.scored) << "the exact no-sample test must match the gather";
+}
+
+const cuda::SpectralDiagnostics& diagnostics_of(Engine& engine) {
+  auto* spectral = dynamic_cast<cuda::SpectralEngine*>(&engine);
+  if (!spectral) throw Error("not a Fourier-route engine");
+  return spectral->diagnostics();
+}
+
+}  // namespace
+
+struct EngineEncoding {
+  std::string engine;
+  Encoding encoding;
+};
+
+class GpuFourierCi : public ::testing::TestWithParam<EngineEncoding> {};
+
+TEST_P(GpuFourierCi, AgreesWithReference) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const auto& [name, encoding] = GetParam();
+  const Case& c = case_for("ci", encoding, "reference");
+  auto engine = make_engine(name);
+  const SearchResult r = search(*engine, c.stack, c.kit.bank, listing_policy(c.reference.digest.z_thr));
+  expect_agreement(name, c, r, tolerance_for(name));
+  const cuda::SpectralDiagnostics& d = diagnostics_of(*engine);
+  EXPECT_EQ(d.clamped_trials, 0) << "FFT-route B fell below the smallest positive contribution";
+  EXPECT_GT(d.b_floor, 0.0f);
+  // Candidates: every listed trial is above the threshold and sorted by (velocity, y, x).
+  for (std::size_t i = 0; i < r.candidates.size(); ++i) {
+    EXPECT_GT(r.candidates[i].Z, listing_policy(c.reference.digest.z_thr).candidate_threshold);
+    EXPECT_GT(r.candidates[i].obs_count, 0);
+    if (i) {
+      EXPECT_LE(r.candidates[i - 1].velocity, r.candidates[i].velocity);
+    }
+  }
+  const double band = tolerance_for(name).count_fraction > 0
+                          ? std::max(2.0, 0.005 * double(c.reference.candidates.size()))
+                          : double(c.near_threshold);
+  EXPECT_LE(std::abs(double(r.candidates.size()) - double(c.reference.candidates.size())), band);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Engines, GpuFourierCi,
+    ::testing::Values(EngineEncoding{"cuda-fourier", Encoding::fp32}, EngineEncoding{"cuda-fourier", Encoding::fp16},
+                      EngineEncoding{"cuda-fourier", Encoding::int8}, EngineEncoding{"cuda-gemm", Encoding::fp32},
+                      EngineEncoding{"cuda-gemm", Encoding::int8}, EngineEncoding{"cuda-tc", Encoding::fp32},
+                      EngineEncoding{"cuda-tc", Encoding::fp16}, EngineEncoding{"cuda-tc", Encoding::int8}),
+    [](const auto& p) {
+      std::string n = p.param.engine + "_" + to_string(p.param.encoding);
+      for (char& ch : n)
+        if (ch == '-') ch = '_';
+      return n;
+    });
+
+// A stack small enough for compute-sanitizer (memcheck, racecheck): shapes that leave partial
+// tiles everywhere (5 x 7 velocities, 12 exposures, 64 x 48 pixels), plus top-k and a region.
+TEST(GpuFourier, TinyStackAllEnginesWithTopK) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = case_for("tiny", Encoding::fp32, "reference");
+  OutputPolicy policy = listing_policy(c.reference.digest.z_thr);
+  policy.top_k = 3;
+  auto reference = make_engine("reference");
+  const SearchResult ref = search(*reference, c.stack, c.kit.bank, policy);
+  for (const std::string& name : kEngines) {
+    SCOPED_TRACE(name);
+    auto engine = make_engine(name);
+    const SearchResult r = search(*engine, c.stack, c.kit.bank, policy);
+    Case view{c.kit, {}, ref, c.near_threshold};
+    expect_agreement(name, view, r, tolerance_for(name));
+    ASSERT_EQ(r.top_k.size(), ref.top_k.size());
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < r.top_k.size(); ++i) {
+      const Candidate &a = r.top_k[i], &b = ref.top_k[i];
+      EXPECT_EQ(a.x, b.x);
+      EXPECT_EQ(a.y, b.y);
+      if (a.velocity != b.velocity) {
+        ++differing;  // near-ties may swap
+      } else if (std::isfinite(b.Z)) {
+        EXPECT_NEAR(a.Z, b.Z, find_info(name)->reduced_arithmetic ? 2e-3 : 1e-4) << "top-k entry " << i;
+        EXPECT_EQ(a.obs_count, b.obs_count) << "top-k entry " << i;
+      }
+    }
+    EXPECT_LE(differing, std::max<std::size_t>(2, r.top_k.size() / 200)) << "top-k entries naming other trials";
+    // A sub-region: the same trials as the whole-image run restricted to it.
+    const Region part{7, 5, 30, 20};
+    const SearchResult sub = search(*engine, c.stack, c.kit.bank, OutputPolicy{}, part);
+    const SearchResult sub_ref = search(*reference, c.stack, c.kit.bank, OutputPolicy{}, part);
+    const DigestComparison cmp = compare(sub_ref.digest, sub.digest, tolerance_for(name));
+    for (const auto& f : cmp.failures) ADD_FAILURE() << "region: " << f;
+  }
+}
+
+TEST(GpuFourier, TensorCoreMatchesCpuEmulation) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = case_for("ci", Encoding::fp32, "reference");
+  auto engine = make_engine("cuda-tc");
+  const SearchResult r = search(*engine, c.stack, c.kit.bank);
+  const EmulatedSearch emu = emulated_tc_search(c.stack, c.kit.bank);
+  // Same operands and roundings; only the FFTs (cuFFT FP32 against double) and the order of the
+  // FP32 sums differ, so the two sit much closer than either sits to the exact reference.
+  EXPECT_EQ(r.digest.scored, emu.digest.scored);
+  EXPECT_EQ(r.digest.argmax_velocity, emu.digest.argmax_velocity);
+  EXPECT_NEAR(r.digest.maxZ, emu.digest.maxZ, 2e-4);
+  EXPECT_NEAR(r.digest.sumA, emu.digest.sumA, 2e-4 * std::abs(emu.digest.sumA) + 1e-6);
+  std::printf("  cuda-tc   %s\n  emulated  %s\n", describe(r.digest).c_str(), describe(emu.digest).c_str());
+}
+
+TEST(GpuFourier, RefusesWhatItCannotComputeExactly) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = case_for("tiny", Encoding::fp32, "reference");
+  MotionBank listed = c.kit.bank;
+  listed.velocity_list = {{0.1, 0.2}, {0.3, -0.1}};
+  MotionBank fractional = c.kit.bank;
+  fractional.mode = ShiftMode::fractional;
+  for (const std::string& name : kEngines) {
+    auto engine = make_engine(name);
+    for (const MotionBank* bank : {&listed, &fractional}) {
+      SearchInput input{&c.stack, bank, resolve({}, c.stack.width, c.stack.height), OutputPolicy{}};
+      EXPECT_FALSE(engine->unsupported_reason(input).empty()) << name;
+      EXPECT_THROW(engine->search(input), Error) << name;
+    }
+    OutputPolicy many;
+    many.top_k = 1000;
+    SearchInput input{&c.stack, &c.kit.bank, resolve({}, c.stack.width, c.stack.height), many};
+    EXPECT_FALSE(engine->unsupported_reason(input).empty()) << name;
+  }
+}
+
+// `dense` (1024 exposures, 256 x 256, 65 x 65): against the exact FP32 gather where it is built,
+// else the FP16 paths against cuda-fourier (FP32); SHIFTSTACK_DENSE_REFERENCE names another.
+TEST(GpuFourier, DenseAgreesWithFp32Gather) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const bool gather = find_info("cuda-fast") && find_info("cuda-fast")->available();
+  std::string reference_engine = gather ? "cuda-fast" : "cuda-fourier";
+  if (const char* forced = std::getenv("SHIFTSTACK_DENSE_REFERENCE")) reference_engine = forced;
+  const Case& c = case_for("dense", Encoding::fp32, reference_engine);
+  std::printf("  dense reference: %s (%s)\n", reference_engine.c_str(), describe(c.reference.digest).c_str());
+  for (const std::string& name : kEngines) {
+    if (name == reference_engine) continue;
+    SCOPED_TRACE(name);
+    auto engine = make_engine(name);
+    const SearchResult r = search(*engine, c.stack, c.kit.bank, listing_policy(c.reference.digest.z_thr));
+    expect_agreement(name, c, r, tolerance_for(name));
+    EXPECT_EQ(diagnostics_of(*engine).clamped_trials, 0);
+  }
+}
+
+// Not a test: the stage split of each engine on `dense`, median of 5 scans after a warm-up.
+TEST(GpuFourier, DISABLED_DenseStageTimes) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const KitStack kit = make_kit(workload("dense"));
+  const EncodedStack stack = encode_kit(kit, Encoding::fp32);
+  const double ceiling = 812e12;  // SPEC 8: cuBLAS FP16 GEMM 8192^3 on this card
+  const double samples = double(stack.width) * stack.height * double(kit.bank.size()) * stack.exposures;
+  std::printf("\n%-19s %8s %8s %8s %8s %8s %8s %9s %7s %s\n", "engine", "forward", "tables", "contract", "inverse",
+              "scoring", "total", "TFLOP/s", "of 812", "(ms; TFLOP/s = 16 F E V / contraction)");
+  // cuda-tc twice: the mma.sync (HMMA) and the wgmma (HGMMA) contraction.
+  std::vector<std::string> engine_names = {"cuda-fourier", "cuda-gemm", "cuda-tc:mma", "cuda-tc:wgmma",
+                                           "cuda-tc:wgmma-split"};
+  for (const char* gather : {"cuda-fast"})
+    if (find_info(gather) && find_info(gather)->available()) engine_names.push_back(gather);
+  int timed_runs = 5;
+  if (const char* only = std::getenv("SHIFTSTACK_TIMING_ENGINE")) {  // one engine (label), one run: for a profiler
+    engine_names = {only};
+    timed_runs = 1;
+  }
+  for (const std::string& label : engine_names) {
+    const std::string name = label.substr(0, label.find(':'));
+    if (label.find(':') != std::string::npos) setenv("SHIFTSTACK_TC_KERNEL", label.substr(label.find(':') + 1).c_str(), 1);
+    auto engine = make_engine(name);
+    auto* spectral = dynamic_cast<cuda::SpectralEngine*>(engine.get());
+    std::vector<cuda::SpectralStageTimes> runs;
+    std::vector<double> totals;
+    Digest digest;
+    for (int run = 0; run <= timed_runs; ++run) {
+      const SearchResult r = search(*engine, stack, kit.bank);
+      if (run == 0) continue;  // warm-up
+      totals.push_back(r.seconds * 1e3);
+      digest = r.digest;
+      if (spectral) runs.push_back(spectral->diagnostics().times);
+    }
+    auto median_of = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    if (!spectral) {
+      std::printf("%-19s %8s %8s %8s %8s %8s %8.2f %9s %7s %.3g G samples/s; maxZ %.5f\n", label.c_str(), "", "", "",
+                  "", "", median_of(totals), "", "", samples / (median_of(totals) * 1e-3) / 1e9, digest.maxZ);
+      continue;
+    }
+    auto stage = [&](double cuda::SpectralStageTimes::*field) {
+      std::vector<double> v;
+      for (const auto& t : runs) v.push_back(t.*field);
+      return median_of(v);
+    };
+    const auto& d = spectral->diagnostics();
+    const double contraction = stage(&cuda::SpectralStageTimes::contraction_ms);
+    const double tflops = d.useful_flops / (contraction * 1e-3) / 1e12;
+    std::printf("%-19s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.1f %6.1f%% F=%lld (%dx%d padded), %.3g G samples/s; maxZ %.5f\n",
+                label.c_str(), stage(&cuda::SpectralStageTimes::forward_ms),
+                stage(&cuda::SpectralStageTimes::tables_ms), contraction,
+                stage(&cuda::SpectralStageTimes::inverse_ms), stage(&cuda::SpectralStageTimes::scoring_ms),
+                stage(&cuda::SpectralStageTimes::total_ms), tflops, 100 * tflops * 1e12 / ceiling,
+                (long long)d.geometry.frequencies(), d.geometry.nx, d.geometry.ny,
+                samples / (stage(&cuda::SpectralStageTimes::total_ms) * 1e-3) / 1e9, digest.maxZ);
+    unsetenv("SHIFTSTACK_TC_KERNEL");
+  }
+}

@@ -1,0 +1,35 @@
+// Helpers for the I/O tests: the shared fixtures' folder and a temporary folder per test.
+#pragma once
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+namespace shiftstack::io::testing_support {
+
+// The fixtures live beside the project, never inside it: <project>/../shared/fixtures.
+inline std::string fixtures_dir() { return std::string(SHIFTSTACK_SOURCE_DIR) + "/../shared/fixtures"; }
+inline std::string fixture(const std::string& relative) { return fixtures_dir() + "/" + relative; }
+
+// A fresh folder under the system's temporary directory, removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "shiftstack-test-XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace shiftstack::io::testing_support
