@@ -23,16 +23,6 @@ step "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv |
   tee -a "$summary"
 
-step "bulk tensor copy (TMA) smoke test on ci"
-timeout 60 "$bin/shiftstack_gather_sweep" --workload ci --baseline cuda-tiled --runs 1 --warmup 0 \
-  --variants h16t-v8r2-w4x4-p64,f32t-v8r2-w4x4-p64 > "$work/tma_smoke.txt" 2>&1
-smoke=$?
-cat "$work/tma_smoke.txt" | tee -a "$summary"
-if [ $smoke -ne 0 ] || grep -q "CUDA error" "$work/tma_smoke.txt"; then
-  export SHIFTSTACK_FAST_NO_TMA=1
-  step "TMA variants failed: disabled for the rest of this batch"
-fi
-
 step "gpu tests (gathers, and the shared parity test for them)"
 timeout 200 "$bin/shiftstack_gpu_tests" \
   --gtest_filter='GpuGather*:*Parity*cuda_serial*:*Parity*cuda_tiled*:*Parity*cuda_fast*' \

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -170,6 +169,7 @@ void run_bench(const BenchOptions& o) {
     return it->second;
   };
 
+  progress.clear();
   const std::size_t V = kit.bank.size();
   const double paired_samples = double(kit_options.width) * kit_options.height * double(V) * kit_options.exposures;
   std::printf("shiftstack bench: workload %s (%d exposures, %dx%d pixels, %dx%d = %zu velocities, "

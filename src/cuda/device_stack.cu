@@ -119,8 +119,9 @@ std::size_t payload_elements(const EncodedStack& s) {
   return 0;
 }
 
-// fp32/fp16 pairs whose phi is not > 0 contribute nothing; storing them as (0, 0) lets the fast
-// gather sum raw pairs without a validity test. int8 keeps its codes (the invalid code is exact).
+// fp32/fp16 pairs whose phi is not > 0 contribute nothing; they are stored as (0, 0), so even a
+// kernel that summed raw pairs without a validity test would add nothing for them. int8 keeps its
+// codes (the invalid code is exact).
 void clean_invalid_pairs(Encoding encoding, char* pairs, std::size_t count) {
   if (encoding == Encoding::fp32) {
     float* p = reinterpret_cast<float*>(pairs);

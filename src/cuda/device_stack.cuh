@@ -27,8 +27,8 @@ struct DeviceException {
 };
 
 // What the kernels see: the pixels of `rect` for every exposure, pairs interleaved, exposure-major,
-// rows padded to `pitch` pairs (a multiple of 8, so every row starts 16-byte aligned for the bulk
-// tensor copies): pair index = (e * rect.height + (y - rect.y0)) * pitch + (x - rect.x0).
+// rows padded to `pitch` pairs (a multiple of 8: every row starts 16-byte aligned):
+// pair index = (e * rect.height + (y - rect.y0)) * pitch + (x - rect.x0).
 // Samples outside `rect` contribute nothing; the driver makes rect cover the image part every
 // trajectory reaches. fp32 and fp16 pairs that decode as invalid (phi <= 0 or NaN) are stored
 // as (0, 0), so a weighted sum over raw pairs equals the sum over valid samples.

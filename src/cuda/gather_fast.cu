@@ -3,10 +3,9 @@
 // A block owns 32 x TY origins and loops over packets of RV x NWV neighbouring velocities (RV
 // along vx per thread, one vy per warp group). Per packet it streams the exposures in chunks of
 // up to 8: the union of the packet's source pixels for each exposure of a chunk (a window of
-// `pitch` x rows pairs) is brought into shared memory while the previous chunk is being summed
-// (double-buffered), either by Hopper bulk tensor copies (TMA, one instruction per window, zero
-// fill outside the cube, completing on a shared-memory barrier) or through registers. Each thread
-// keeps RV x RY (origin, velocity) sums in registers and reads its samples from the window at
+// `pitch` x rows pairs) is loaded into registers while the previous chunk is being summed, then
+// decoded once into shared memory (double-buffered, one barrier per chunk). Each thread keeps
+// RV x RY (origin, velocity) sums in registers and reads its samples from the window at
 // per-exposure byte offsets precomputed from the integer shift tables (integer addressing, no
 // FP64), applying the exposure's weights with one FFMA per channel. Scoring, the digest, the
 // compact candidate list and the top-k lists are fused into the end of each packet: every trial
@@ -14,14 +13,9 @@
 //
 // Staging formats: float staging holds (psi, phi) as floats (8 shared-memory bytes per sample);
 // half staging holds the raw fp16 pair or the int8 codes, which half precision represents
-// exactly (4 bytes per sample). fp32 pairs (float staging) and fp16 pairs (half staging) are
-// summed straight from the copied windows: the upload stores invalid pairs as zeros. int8 codes
-// are decoded once per staged pixel; an int8 stack with exception codes takes float staging,
-// where the exact value is looked up. `skip` variants reuse the previous velocity's samples when
-// its shift is identical at that exposure (frequent for finely spaced grids).
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
+// exactly (4 bytes per sample). An int8 stack with exception codes takes float staging, where the
+// exact value is looked up. `s` (skip) variants reuse the previous velocity's samples when its
+// shift is identical at that exposure (frequent for finely spaced grids).
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -77,7 +71,6 @@ struct FastParams {
   int chunk;         // exposures per stage (<= max_chunk)
   int window_rows;   // rows reserved per staged exposure (the largest over packets)
   int window_elems;  // pairs per staged exposure window (rows x pitch, padded to 64)
-  const CUtensorMap* map;  // bulk-copy descriptor in global memory (TMA variants)
 };
 
 // One staged pixel, unweighted: the raw fp16 pair or the int8 codes in half precision (exact),
@@ -117,36 +110,6 @@ __device__ inline std::conditional_t<Half, unsigned int, float2> stage_from_raw(
     if (!(phi > 0.0f)) return make_float2(0.0f, 0.0f);
     return make_float2(psi, phi);
   }
-}
-
-// --- Hopper bulk tensor copies (TMA) completing on shared-memory barriers ---------------------
-__device__ inline unsigned shared_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ inline void barrier_init(unsigned long long* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)));
-}
-__device__ inline void barrier_expect_bytes(unsigned long long* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ inline void barrier_wait(unsigned long long* bar, unsigned parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "wait_%=:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra wait_%=;\n}" ::"r"(shared_address(bar)),
-      "r"(parity)
-      : "memory");
-}
-// Copies the box at (x, y, e) of the cube (zero fill outside it) into shared memory.
-__device__ inline void copy_window(void* dst, const CUtensorMap* map, int x, int y, int e,
-                                   unsigned long long* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];" ::"r"(shared_address(dst)),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(e), "r"(shared_address(bar))
-      : "memory");
 }
 
 // Sums one staged exposure into the thread's registers. N = velocities of the packet on this
@@ -206,37 +169,23 @@ __device__ inline void accumulate_chunk(const unsigned char* window, int window_
                                                       weights + c, A, B);
 }
 
-template <StorageCode S, bool Half, bool Tma, int RV, int RY, int NWY, int NWV, int Pitch, bool Skip,
-          int MinBlocks>
-__global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks)
-    fast_gather_kernel(FastParams P) {
+template <StorageCode S, bool Half, int RV, int RY, int NWY, int NWV, int Pitch, bool Skip, int MinBlocks>
+__global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_kernel(FastParams P) {
   using Stage = std::conditional_t<Half, unsigned int, float2>;
   using Raw = typename RawPair<S>::type;
-  // The TMA path sums straight from the copied pairs when they already are the staged type
-  // (the upload stores invalid fp32/fp16 pairs as zeros).
-  constexpr bool direct = Tma && ((S == StorageCode::fp32 && !Half) || (S == StorageCode::fp16 && Half));
   constexpr int threads = warp_size * NWY * NWV;
   constexpr int rows_per_block = NWY * RY;
   constexpr int packet = RV * NWV;
   constexpr int stage_bytes = int(sizeof(Stage));
-  constexpr int raw_bytes = int(sizeof(Raw));
   static_assert(Pitch % 4 == 0 && Pitch >= warp_size && Pitch < 256, "window pitch");
-  static_assert(!Tma || (Pitch * raw_bytes) % 16 == 0, "bulk copy rows must be 16-byte multiples");
 
-  // Bulk tensor copies need 128-byte aligned destinations: align the dynamic base by hand (the
-  // plan reserves the 128 bytes this may skip).
-  extern __shared__ __align__(16) unsigned char dynamic_smem[];
-  unsigned char* smem = dynamic_smem + ((128u - (shared_address(dynamic_smem) & 127u)) & 127u);
+  // Shared memory: [staged windows: 2 buffers x chunk exposures] [offsets] [weights].
+  extern __shared__ __align__(16) unsigned char staged[];
   __shared__ LocalDigest scratch[NWY * NWV];
-  __shared__ __align__(8) unsigned long long arrived[2];
   const StackView& view = P.view;
   const PacketTables& t = P.t;
   const ScanOutputs& out = P.out;
   const int window_bytes = P.window_elems * stage_bytes;
-  const int raw_window_bytes = P.window_elems * raw_bytes;
-  // Shared memory: [raw windows: TMA only, unless direct] [staged windows] [offsets] [weights].
-  unsigned char* raw_windows = smem;
-  unsigned char* staged = (Tma && !direct) ? smem + 2 * P.chunk * raw_window_bytes : smem;
   int* offsets = reinterpret_cast<int*>(staged + 2 * P.chunk * window_bytes);
   float2* weights = reinterpret_cast<float2*>(offsets + 2 * max_chunk * packet);
 
@@ -252,18 +201,6 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks)
   const int first = int((long long)packets * group / P.groups);
   const int last = int((long long)packets * (group + 1) / P.groups);
   const int chunks = (E + P.chunk - 1) / P.chunk;
-
-  if constexpr (Tma) {
-    if (tid == 0) {
-      barrier_init(&arrived[0]);
-      barrier_init(&arrived[1]);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-      // The descriptor was copied to global memory by the host: acquire it for the copy engine.
-      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(P.map) : "memory");
-    }
-    __syncthreads();
-  }
-  unsigned parity = 0;  // bit b: the phase the next wait on arrived[b] expects
 
   LocalDigest digest;
   TopKBound bound[RY];
@@ -296,52 +233,21 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks)
             e < E ? make_float2(view.psi_weight[e], view.phi_weight[e]) : make_float2(0.0f, 0.0f);
       }
     };
-    // TMA: one thread copies each exposure's window of a chunk.
-    auto issue_copies = [&](int ch, int buf) {
-      const int e0 = ch * P.chunk, count = min(P.chunk, E - e0);
-      barrier_expect_bytes(&arrived[buf], unsigned(count * P.window_rows * Pitch * raw_bytes));
-      for (int c = 0; c < count; ++c) {
-        const int e = e0 + c;
-        copy_window(raw_windows + (buf * P.chunk + c) * raw_window_bytes, P.map,
-                    block_x0 + x_min[e] - view.rect.x0, block_y0 + y_min[e] - view.rect.y0, e,
-                    &arrived[buf]);
-      }
-    };
-    auto wait_copies = [&](int buf) {
-      barrier_wait(&arrived[buf], (parity >> buf) & 1u);
-      parity ^= 1u << buf;
-    };
-    // TMA, not direct: copied raw pairs -> staged values.
-    auto decode_copies = [&](int ch, int buf) {
-      const int e0 = ch * P.chunk, count = min(P.chunk, E - e0);
-      for (int c = 0; c < count; ++c) {
-        const Raw* from = reinterpret_cast<const Raw*>(raw_windows + (buf * P.chunk + c) * raw_window_bytes);
-        Stage* to = reinterpret_cast<Stage*>(staged + (buf * P.chunk + c) * window_bytes);
-        const int e = e0 + c;
-        for (int i = tid; i < rows * Pitch; i += threads) {
-          const int wy = i / Pitch, col = i - wy * Pitch;
-          to[i] = stage_from_raw<S, Half>(view, from[i], e, block_x0 + x_min[e] + col, block_y0 + y_min[e] + wy);
-        }
-      }
-    };
 
-    // Register prefetch path: which window pixel each slot stages (the same for every chunk).
-    constexpr int slots = Tma ? 1 : prefetch_slots;
-    int slot[slots];
-    Raw raw[slots];
-    if constexpr (!Tma) {
+    // Which window pixel each prefetch slot stages: the same for every chunk of the packet.
+    int slot[prefetch_slots];
+    Raw raw[prefetch_slots];
 #pragma unroll
-      for (int s = 0; s < slots; ++s) {
-        const int i = tid + s * threads;
-        const int row = i / Pitch, col = i - row * Pitch;
-        const int c = row / rows, wy = row - c * rows;
-        slot[s] = c < P.chunk ? (c << 16) | (wy << 8) | col : -1;
-      }
+    for (int s = 0; s < prefetch_slots; ++s) {
+      const int i = tid + s * threads;
+      const int row = i / Pitch, col = i - row * Pitch;
+      const int c = row / rows, wy = row - c * rows;
+      slot[s] = c < P.chunk ? (c << 16) | (wy << 8) | col : -1;
     }
     auto load_chunk = [&](int ch) {
       const int e0 = ch * P.chunk;
 #pragma unroll
-      for (int s = 0; s < slots; ++s) {
+      for (int s = 0; s < prefetch_slots; ++s) {
         raw[s] = no_data<S>();
         const int info = slot[s];
         if (info < 0) continue;
@@ -357,7 +263,7 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks)
     auto store_chunk = [&](int ch, int buf) {
       const int e0 = ch * P.chunk;
 #pragma unroll
-      for (int s = 0; s < slots; ++s) {
+      for (int s = 0; s < prefetch_slots; ++s) {
         const int info = slot[s];
         if (info < 0) continue;
         const int c = info >> 16, wy = (info >> 8) & 0xff, col = info & 0xff;
@@ -393,55 +299,15 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks)
       }
     };
 
-    if constexpr (direct) {
-      if (tid == 0) {
-        issue_copies(0, 0);
-        if (chunks > 1) issue_copies(1, 1);
-      }
-      write_offsets(0, 0);
-      if (chunks > 1) write_offsets(1, 1);
+    load_chunk(0);
+    store_chunk(0, 0);
+    __syncthreads();
+    for (int ch = 0; ch < chunks; ++ch) {
+      const int buf = ch & 1;
+      if (ch + 1 < chunks) load_chunk(ch + 1);
+      accumulate(ch, buf);
+      if (ch + 1 < chunks) store_chunk(ch + 1, buf ^ 1);
       __syncthreads();
-      for (int ch = 0; ch < chunks; ++ch) {
-        const int buf = ch & 1;
-        wait_copies(buf);
-        accumulate(ch, buf);
-        __syncthreads();
-        if (ch + 2 < chunks) {
-          if (tid == 0) issue_copies(ch + 2, buf);
-          write_offsets(ch + 2, buf);
-        }
-      }
-    } else if constexpr (Tma) {
-      if (tid == 0) {
-        issue_copies(0, 0);
-        if (chunks > 1) issue_copies(1, 1);
-      }
-      wait_copies(0);
-      decode_copies(0, 0);
-      write_offsets(0, 0);
-      __syncthreads();
-      for (int ch = 0; ch < chunks; ++ch) {
-        const int buf = ch & 1;
-        accumulate(ch, buf);
-        if (ch + 1 < chunks) {
-          wait_copies(buf ^ 1);
-          decode_copies(ch + 1, buf ^ 1);
-          write_offsets(ch + 1, buf ^ 1);
-        }
-        __syncthreads();
-        if (ch + 2 < chunks && tid == 0) issue_copies(ch + 2, buf);
-      }
-    } else {
-      load_chunk(0);
-      store_chunk(0, 0);
-      __syncthreads();
-      for (int ch = 0; ch < chunks; ++ch) {
-        const int buf = ch & 1;
-        if (ch + 1 < chunks) load_chunk(ch + 1);
-        accumulate(ch, buf);
-        if (ch + 1 < chunks) store_chunk(ch + 1, buf ^ 1);
-        __syncthreads();
-      }
     }
 
     if (v_active) {
@@ -470,51 +336,37 @@ struct FastVariant {
   FastKernel kernel[3];  // per StorageCode; null where the staging cannot hold that storage
 };
 
-template <bool Half, bool Tma, int RV, int RY, int NWY, int NWV, int Pitch, bool Skip, int MinBlocks = 1>
+template <bool Half, int RV, int RY, int NWY, int NWV, int Pitch, bool Skip, int MinBlocks = 1>
 FastVariant make_variant() {
   FastVariant v;
-  std::string name = std::string(Half ? "h16" : "f32") + (Tma ? "t" : "") + (Skip ? "s" : "") + "-v" +
-                     std::to_string(RV) + "r" + std::to_string(RY) + "-w" + std::to_string(NWY) + "x" +
-                     std::to_string(NWV) + "-p" + std::to_string(Pitch) +
-                     (MinBlocks > 1 ? "-b" + std::to_string(MinBlocks) : "");
-  v.info = FastVariantInfo{name, Half, Skip, Tma, RV, RY, NWY, NWV, Pitch};
+  std::string name = std::string(Half ? "h16" : "f32") + (Skip ? "s" : "") + "-v" + std::to_string(RV) + "r" +
+                     std::to_string(RY) + "-w" + std::to_string(NWY) + "x" + std::to_string(NWV) + "-p" +
+                     std::to_string(Pitch) + (MinBlocks > 1 ? "-b" + std::to_string(MinBlocks) : "");
+  v.info = FastVariantInfo{name, Half, Skip, RV, RY, NWY, NWV, Pitch};
   if constexpr (Half) {
     v.kernel[0] = nullptr;
   } else {
-    v.kernel[0] = fast_gather_kernel<StorageCode::fp32, Half, Tma, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
+    v.kernel[0] = fast_gather_kernel<StorageCode::fp32, Half, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
   }
-  v.kernel[1] = fast_gather_kernel<StorageCode::fp16, Half, Tma, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
-  v.kernel[2] = fast_gather_kernel<StorageCode::int8, Half, Tma, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
+  v.kernel[1] = fast_gather_kernel<StorageCode::fp16, Half, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
+  v.kernel[2] = fast_gather_kernel<StorageCode::int8, Half, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
   return v;
 }
 
-// The sweep's candidates, in the order the automatic choice tries them (fastest measured first
-// within each staging format; see bench/RESULTS.md). Names: h16 = half staging, f32 = float
-// staging; t = bulk tensor copies (else register prefetch); s = reuse on equal shifts;
-// vR rY = velocities x origin rows per thread; wA x B = warps along rows x along vy; pN = pitch.
-// The last ones accept coarse grids whose neighbouring velocities drift far apart.
+// The measured variants (bench/RESULTS.md, GPU gathers), in the order the automatic choice tries
+// them: fastest on `dense` first for half staging (fp16, int8 storage) and for float staging
+// (fp32), then the others of the sweep, then a short-run, wide-pitch fallback for coarse grids
+// whose neighbouring velocities drift apart by more than the narrow pitch allows. Names: h16 =
+// half staging, f32 = float staging; s = reuse on equal shifts; vR rY = velocities x origin rows
+// per thread; wA x B = warps along rows x along vy; pN = window pitch; b2 = two blocks per SM.
 const std::vector<FastVariant>& variants() {
   static const std::vector<FastVariant> list = {
-      make_variant<true, true, 8, 2, 4, 4, 40, false>(),
-      make_variant<true, true, 8, 2, 4, 4, 40, true>(),
-      make_variant<true, false, 8, 2, 4, 4, 40, false>(),
-      make_variant<true, false, 8, 2, 4, 2, 40, false, 2>(),
-      make_variant<true, true, 8, 2, 4, 2, 40, false, 2>(),
-      make_variant<true, true, 8, 2, 2, 4, 40, false, 2>(),
-      make_variant<true, true, 16, 1, 8, 2, 48, false>(),
-      make_variant<true, true, 4, 4, 2, 8, 40, false>(),
-      make_variant<false, true, 8, 2, 4, 4, 40, false>(),
-      make_variant<false, true, 8, 2, 4, 4, 40, true>(),
-      make_variant<false, false, 8, 2, 4, 4, 40, false>(),
-      make_variant<false, false, 8, 2, 4, 4, 40, true>(),
-      make_variant<false, false, 8, 2, 4, 2, 40, false, 2>(),
-      make_variant<false, true, 8, 2, 4, 2, 40, false, 2>(),
-      make_variant<false, true, 8, 2, 2, 4, 40, false, 2>(),
-      make_variant<false, true, 16, 1, 8, 2, 48, false>(),
-      make_variant<false, true, 8, 4, 2, 4, 40, false>(),
-      make_variant<true, true, 8, 2, 4, 4, 64, false>(),
-      make_variant<false, true, 8, 2, 4, 4, 64, false>(),
-      make_variant<false, false, 2, 2, 4, 4, 64, false>(),
+      make_variant<true, 8, 2, 4, 4, 40, false>(),
+      make_variant<false, 8, 2, 4, 4, 40, true>(),
+      make_variant<false, 8, 2, 4, 4, 40, false>(),
+      make_variant<true, 8, 2, 4, 2, 40, false, 2>(),
+      make_variant<false, 8, 2, 4, 2, 40, false, 2>(),
+      make_variant<false, 2, 2, 4, 4, 64, false>(),
   };
   return list;
 }
@@ -546,10 +398,6 @@ VariantPlan plan_variant(const FastVariant& v, const EncodedStack& stack, const 
   VariantPlan plan;
   plan.variant = &v;
   const FastVariantInfo& i = v.info;
-  if (i.tma && std::getenv("SHIFTSTACK_FAST_NO_TMA")) {
-    plan.problem = "bulk tensor copies disabled by SHIFTSTACK_FAST_NO_TMA";
-    return plan;
-  }
   if (!v.kernel[storage_index(stack.encoding)]) {
     plan.problem = "half-precision staging holds fp16 and int8 storage only";
     return plan;
@@ -570,53 +418,20 @@ VariantPlan plan_variant(const FastVariant& v, const EncodedStack& stack, const 
     return plan;
   }
   const int threads = warp_size * i.warps_y * i.warps_v;
-  // Windows padded to 64 pairs keep every bulk copy destination 128-byte aligned.
+  // Windows padded to 64 pairs keep every exposure's window 16-byte aligned.
   plan.window_elems = (plan.window_rows * i.pitch + 63) / 64 * 64;
   const int stage_bytes = i.half_staging ? 4 : 8;
-  const int raw_bytes = int(stack.bytes_per_pair());
-  const bool direct = i.tma && ((stack.encoding == Encoding::fp32 && !i.half_staging) ||
-                                (stack.encoding == Encoding::fp16 && i.half_staging));
   const int packet = i.vx_per_thread * i.warps_v;
   const int fixed = 2 * max_chunk * packet * 4 + 2 * max_chunk * int(sizeof(float2));
-  const int per_exposure = 2 * plan.window_elems * (stage_bytes + (i.tma && !direct ? raw_bytes : 0));
-  plan.chunk = std::min(max_chunk, (max_shared_memory_per_block() - fixed - 128) / per_exposure);
-  if (!i.tma) plan.chunk = std::min(plan.chunk, prefetch_slots * threads / (plan.window_rows * i.pitch));
+  const int per_exposure = 2 * plan.window_elems * stage_bytes;
+  plan.chunk = std::min({max_chunk, (max_shared_memory_per_block() - fixed) / per_exposure,
+                         prefetch_slots * threads / (plan.window_rows * i.pitch)});
   if (plan.chunk < 1) {
     plan.problem = "packet footprint exceeds shared memory or the block's prefetch registers";
     return plan;
   }
-  plan.shared_bytes = fixed + plan.chunk * per_exposure + 128;  // + alignment slack
+  plan.shared_bytes = fixed + plan.chunk * per_exposure;
   return plan;
-}
-
-// Bulk-copy descriptor of the device cube: boxes of (pitch x window rows x 1 exposure) pairs.
-CUtensorMap window_map(const StackView& view, int box_columns, int box_rows) {
-  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
-  static Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    SHIFTSTACK_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                           cudaEnableDefault, &status));
-    require(status == cudaDriverEntryPointSuccess && fn != nullptr,
-            "cuda-fast: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<Encode>(fn);
-  }();
-  CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT64;  // an fp32 (psi, phi) pair
-  std::size_t bytes = 8;
-  if (view.storage == StorageCode::fp16) type = CU_TENSOR_MAP_DATA_TYPE_UINT32, bytes = 4;
-  if (view.storage == StorageCode::int8) type = CU_TENSOR_MAP_DATA_TYPE_UINT16, bytes = 2;
-  const cuuint64_t dims[3] = {cuuint64_t(view.rect.width), cuuint64_t(view.rect.height),
-                              cuuint64_t(view.exposures)};
-  const cuuint64_t strides[2] = {cuuint64_t(view.pitch) * bytes,
-                                 cuuint64_t(view.pitch) * bytes * cuuint64_t(view.rect.height)};
-  const cuuint32_t box[3] = {cuuint32_t(box_columns), cuuint32_t(box_rows), 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  CUtensorMap map;
-  const CUresult r = encode(&map, type, 3, const_cast<void*>(view.pairs), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  require(r == CUDA_SUCCESS, "cuda-fast: cuTensorMapEncodeTiled failed with error " + std::to_string(int(r)));
-  return map;
 }
 
 // The order in which the automatic choice tries variants: those named in the environment
@@ -698,15 +513,8 @@ class FastMethod final : public GatherMethod {
   }
 
   void scan(const StackView& view, const ScanOutputs& out, cudaStream_t stream) override {
-    const FastVariantInfo& i = plan_.variant->info;
-    FastParams params{view, tables_.tables(), out, groups_, plan_.chunk, plan_.window_rows, plan_.window_elems,
-                      nullptr};
-    if (i.tma) {
-      const CUtensorMap map = window_map(view, i.pitch, plan_.window_rows);
-      map_.resize(1);
-      SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(map_.get(), &map, sizeof map, cudaMemcpyHostToDevice, stream));
-      params.map = map_.get();
-    }
+    const FastParams params{view, tables_.tables(), out, groups_, plan_.chunk, plan_.window_rows,
+                            plan_.window_elems};
     const dim3 grid((out.tile_width + warp_size - 1) / warp_size, (out.tile_height + rows_ - 1) / rows_,
                     groups_);
     kernel_<<<grid, threads_, plan_.shared_bytes, stream>>>(params);
@@ -726,7 +534,6 @@ class FastMethod final : public GatherMethod {
   PacketTableSet tables_;
   VariantPlan plan_;
   FastKernel kernel_ = nullptr;
-  DeviceArray<CUtensorMap> map_;
   int threads_ = 0, rows_ = 0, groups_ = 1;
 };
 
