@@ -50,7 +50,7 @@ TrialSums bilinear_trial(const EncodedStack& s, const std::vector<double>& sx,
     const int cx[4] = {ix, ix + 1, ix, ix + 1}, cy[4] = {iy, iy, iy + 1, iy + 1};
     const double w[4] = {(1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy};
     bool valid[4];
-    double psi[4], phi[4];
+    double psi[4] = {}, phi[4] = {};
     bool any = false;
     for (int c = 0; c < 4; ++c) {
       valid[c] = false;
