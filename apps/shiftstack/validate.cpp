@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "run_info.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/search.hpp"
 #include "shiftstack/validation.hpp"
@@ -48,45 +49,13 @@ struct ValidateArgs {
   std::vector<std::string> summarize;
 };
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-// First line of a command's output, or empty.
-std::string first_line_of(const char* command) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command, "r"), pclose);
-  if (!pipe) return {};
-  char buf[256];
-  std::string line;
-  if (std::fgets(buf, sizeof buf, pipe.get())) line = buf;
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-  return line;
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  return "unknown CPU";
-}
-
 Provenance provenance(const ValidateArgs& a, const std::string& command) {
   Provenance p;
   bool gpu = false;
   for (const auto& e : engines())
     for (const auto& name : a.engines) gpu |= e.name == name && e.gpu;
-  p.card = !a.card.empty() ? a.card : gpu ? "GPU (name not given: pass --card)" : cpu_model();
-  p.commit = !a.commit.empty() ? a.commit : first_line_of("git describe --always --dirty 2>/dev/null");
-  if (p.commit.empty()) p.commit = "unknown";
+  p.card = !a.card.empty() ? a.card : machine_name(gpu);
+  p.commit = !a.commit.empty() ? a.commit : commit_id();
   p.date = utc_now();
   p.command = command;
   return p;
