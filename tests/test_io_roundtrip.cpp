@@ -18,6 +18,7 @@
 #include "shiftstack/io/config.hpp"
 #include "shiftstack/io/fits.hpp"
 #include "shiftstack/io/run.hpp"
+#include "shiftstack/io/wcs.hpp"
 #include "shiftstack/synth.hpp"
 #include "test_io_support.hpp"
 
@@ -26,36 +27,12 @@ namespace {
 
 using testing_support::TempDir;
 
-// A TAN WCS for the written files: 0.263"/px around (150, 2) degrees.
-std::string tan_cards(int width, int height) {
-  std::string cards;
-  auto card = [&](const std::string& text) {
-    std::string c = text;
-    c.resize(80, ' ');
-    cards += c;
-  };
-  char line[81];
-  card("CTYPE1  = 'RA---TAN'");
-  card("CTYPE2  = 'DEC--TAN'");
-  std::snprintf(line, sizeof line, "CRPIX1  = %20.6f", 0.5 * (width + 1));
-  card(line);
-  std::snprintf(line, sizeof line, "CRPIX2  = %20.6f", 0.5 * (height + 1));
-  card(line);
-  card("CRVAL1  =                150.0");
-  card("CRVAL2  =                  2.0");
-  card("CD1_1   = -7.3055555555556E-05");
-  card("CD1_2   =                  0.0");
-  card("CD2_1   =                  0.0");
-  card("CD2_2   =  7.3055555555556E-05");
-  return cards;
-}
-
 void write_kit(const KitStack& kit, const std::string& dir, bool with_wcs) {
   for (int e = 0; e < kit.stack.size(); ++e) {
     WriteOptions w;
     w.curve_x = kit.bank.curve_at_x(e);
     w.curve_y = kit.bank.curve_at_y(e);
-    if (with_wcs) w.extra_cards = tan_cards(kit.stack.width(), kit.stack.height());
+    if (with_wcs) w.extra_cards = synthetic_tan_wcs_cards(kit.stack.width(), kit.stack.height());
     char name[32];
     std::snprintf(name, sizeof name, "exp_%03d.fits", e);
     write_exposure_fits(dir + "/" + name, kit.stack.exposures[e], w);

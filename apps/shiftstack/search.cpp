@@ -14,6 +14,7 @@
 #include "shiftstack/io/fits.hpp"
 #include "shiftstack/io/results.hpp"
 #include "shiftstack/io/run.hpp"
+#include "shiftstack/io/wcs.hpp"
 #include "shiftstack/synth.hpp"
 
 namespace shiftstack::cli {
@@ -79,33 +80,6 @@ struct KitArgs {
   bool workunit = false, compress = false, no_wcs = false;
 };
 
-// A TAN WCS with DECam's pixel scale, so RA/Dec columns are exercised on synthetic data.
-std::string kit_wcs_cards(int width, int height) {
-  constexpr double decam_scale_degrees = 0.263 / 3600;
-  std::string cards;
-  auto card = [&](const std::string& text) {
-    std::string c = text;
-    c.resize(80, ' ');
-    cards += c;
-  };
-  char line[81];
-  card("CTYPE1  = 'RA---TAN'");
-  card("CTYPE2  = 'DEC--TAN'");
-  std::snprintf(line, sizeof line, "CRPIX1  = %20.10f", 0.5 * (width + 1));
-  card(line);
-  std::snprintf(line, sizeof line, "CRPIX2  = %20.10f", 0.5 * (height + 1));
-  card(line);
-  card("CRVAL1  =                150.0");
-  card("CRVAL2  =                  2.0");
-  std::snprintf(line, sizeof line, "CD1_1   = %20.12E", -decam_scale_degrees);
-  card(line);
-  card("CD1_2   =                  0.0");
-  card("CD2_1   =                  0.0");
-  std::snprintf(line, sizeof line, "CD2_2   = %20.12E", decam_scale_degrees);
-  card(line);
-  return cards;
-}
-
 void write_kit_command(const KitArgs& a) {
   namespace fs = std::filesystem;
   KitOptions options = workload(a.workload);
@@ -114,7 +88,7 @@ void write_kit_command(const KitArgs& a) {
   const KitStack kit = make_kit(options);
   fs::create_directories(a.directory);
   const int E = kit.stack.size();
-  const std::string cards = a.no_wcs ? std::string() : kit_wcs_cards(kit.stack.width(), kit.stack.height());
+  const std::string cards = a.no_wcs ? std::string() : io::synthetic_tan_wcs_cards(kit.stack.width(), kit.stack.height());
   if (a.workunit) {
     if (!kit.bank.curve_x.empty())
       std::fprintf(stderr, "shiftstack: note: a WorkUnit has no common-curve keywords; the kit's curve is lost\n");

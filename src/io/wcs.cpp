@@ -7,6 +7,7 @@
 #include <wcslib/wcshdr.h>
 
 #include <cmath>
+#include <cstdio>
 #include <mutex>
 #include <vector>
 
@@ -118,5 +119,31 @@ std::string Wcs::description() const {
 }
 
 bool Wcs::has_distortion() const { return state_->wcs.lin.dispre || state_->wcs.lin.disseq; }
+
+std::string synthetic_tan_wcs_cards(int width, int height) {
+  constexpr double decam_scale_degrees = 0.263 / 3600;
+  std::string cards;
+  auto card = [&](const std::string& text) {
+    std::string c = text;
+    c.resize(80, ' ');
+    cards += c;
+  };
+  char line[81];
+  card("CTYPE1  = 'RA---TAN'");
+  card("CTYPE2  = 'DEC--TAN'");
+  std::snprintf(line, sizeof line, "CRPIX1  = %20.10f", 0.5 * (width + 1));
+  card(line);
+  std::snprintf(line, sizeof line, "CRPIX2  = %20.10f", 0.5 * (height + 1));
+  card(line);
+  card("CRVAL1  =                150.0");
+  card("CRVAL2  =                  2.0");
+  std::snprintf(line, sizeof line, "CD1_1   = %20.12E", -decam_scale_degrees);
+  card(line);
+  card("CD1_2   =                  0.0");
+  card("CD2_1   =                  0.0");
+  std::snprintf(line, sizeof line, "CD2_2   = %20.12E", decam_scale_degrees);
+  card(line);
+  return cards;
+}
 
 }  // namespace shiftstack::io

@@ -31,4 +31,9 @@ class Wcs {
   std::shared_ptr<const State> state_;
 };
 
+// Header cards (80 characters each) of a TAN WCS with DECam's 0.263"/px scale around
+// (RA, Dec) = (150, 2) degrees, centred on the image: what synthetic stacks written to FITS carry
+// so that RA/Dec columns are exercised.
+std::string synthetic_tan_wcs_cards(int width, int height);
+
 }  // namespace shiftstack::io
