@@ -111,14 +111,15 @@ PixelRect reach(const PixelRect& origins, const ShiftExtent& halo, int width, in
   return {x0, y0, x1 - x0, y1 - y0};
 }
 
-std::vector<Tile> plan_tiles(const EncodedStack& stack, const Region& region, const ShiftExtent& halo) {
+std::vector<Tile> plan_tiles(const EncodedStack& stack, const Region& region, const ShiftExtent& halo,
+                             double copies) {
   std::size_t budget = memory_budget();
   if (budget == 0) budget = std::size_t(0.8 * double(available_for_cube()));
   auto fits = [&](int tw, int th) {
     // An interior tile, unclipped by the image edges, is the largest of this size.
     const PixelRect probe{0, 0, std::min(stack.width, tw + halo.max_x - halo.min_x),
                           std::min(stack.height, th + halo.max_y - halo.min_y)};
-    return cube_bytes(stack, probe) <= budget;
+    return double(cube_bytes(stack, probe)) * copies <= double(budget);
   };
   int tw = region.width, th = region.height;
   while (!fits(tw, th)) {
@@ -180,7 +181,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input) {
   require(geometry.lists_per_origin <= 64, "internal: too many top-k lists per origin");
   require(tile_align_x % geometry.block_width == 0 && tile_align_y % geometry.block_height == 0,
           "internal: gather block does not divide the tile alignment");
-  const std::vector<Tile> tiles = plan_tiles(stack, region, shift_extent(bank));
+  const std::vector<Tile> tiles = plan_tiles(stack, region, shift_extent(bank), method.stack_copies());
   if (tiles.size() > 1) note_tiled_search(std::int64_t(tiles.size()));
 
   ScanOutputs out{};

@@ -60,6 +60,8 @@ class GatherMethod {
   virtual void scan(const StackView& view, const ScanOutputs& out, cudaStream_t stream) = 0;
   // Shifts for the obs_count pass (device pointers owned by the method).
   virtual ShiftSource shifts() const = 0;
+  // Device copies of a tile the method holds during its scans (tiles are sized for all of them).
+  virtual double stack_copies() const { return 1.0; }
 };
 
 // Runs a whole search with the method; result.seconds is device time of the scans (kernels,

@@ -8,6 +8,7 @@ namespace shiftstack::cuda {
 struct FastVariantInfo {
   std::string name;         // e.g. "h16-v8r2-w4x4-p40"
   bool half_staging;        // shared memory holds raw half2 codes (fp16/int8 storage only)
+  bool tensor_cores;        // sums on the tensor cores (mma.sync, FP32 accumulators), fp16 storage only
   bool skip_equal;          // reuse the previous velocity's samples when its shift is equal
   int vx_per_thread;        // velocities per thread (a run along vx)
   int rows_per_thread;      // origin rows per thread
