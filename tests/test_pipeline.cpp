@@ -175,6 +175,42 @@ TEST(Filter, WithoutClippingTheLikelihoodIsTheSearchScore) {
   EXPECT_EQ(strict.kept + strict.too_few_observations, strict.input);
 }
 
+TEST(Filter, SuppliedLightCurvesGiveTheSameDetections) {
+  const KitStack kit = make_kit(small_kit(ShiftMode::integer));
+  const LikelihoodStack likelihood = compute_likelihood(kit.stack);
+  auto engine = make_engine("reference");
+  OutputPolicy policy;
+  policy.collect_candidates = true;
+  policy.candidate_threshold = 1.0;
+  const SearchResult result = search(*engine, encode(likelihood, Encoding::fp32), kit.bank, policy);
+  ASSERT_GT(result.candidates.size(), 20u);
+  FilterOptions o;
+  o.lh_level = 2.0;  // some pass, some fail after clipping
+  FilterStats direct_stats, supplied_stats;
+  const auto direct = filter_candidates(result.candidates, likelihood, kit.bank, o, &direct_stats);
+  std::vector<LightCurve> curves;
+  for (const Candidate& c : result.candidates)
+    curves.push_back(light_curve(likelihood, kit.bank, c.x, c.y, std::size_t(c.velocity)));
+  const auto supplied = filter_candidates(result.candidates, curves, kit.stack.size(), o, &supplied_stats);
+  EXPECT_GT(direct_stats.kept, 0);
+  EXPECT_GT(direct_stats.below_likelihood, 0);
+  EXPECT_EQ(supplied_stats.kept, direct_stats.kept);
+  EXPECT_EQ(supplied_stats.below_likelihood, direct_stats.below_likelihood);
+  EXPECT_EQ(supplied_stats.too_few_observations, direct_stats.too_few_observations);
+  ASSERT_EQ(supplied.size(), direct.size());
+  for (std::size_t i = 0; i < direct.size(); ++i) {
+    EXPECT_EQ(supplied[i].candidate.x, direct[i].candidate.x);
+    EXPECT_EQ(supplied[i].candidate.velocity, direct[i].candidate.velocity);
+    EXPECT_EQ(supplied[i].likelihood, direct[i].likelihood);
+    EXPECT_EQ(supplied[i].obs_valid, direct[i].obs_valid);
+  }
+  // One curve short, or a curve of the wrong length: an error, not a silent mismatch.
+  curves.pop_back();
+  EXPECT_THROW(filter_candidates(result.candidates, curves, kit.stack.size(), o), Error);
+  curves.push_back(LightCurve{});
+  EXPECT_THROW(filter_candidates(result.candidates, curves, kit.stack.size(), o), Error);
+}
+
 // ---- friends of friends against brute force ---------------------------------------------
 
 std::vector<int> brute_force_labels(const std::vector<std::array<double, 4>>& points, int dims, double eps) {

@@ -66,6 +66,10 @@ struct EncodedStack {
 // int8 divide psi by s_e = sqrt(median positive phi_e) and phi by s_e^2 first.
 EncodedStack encode(const LikelihoodStack& likelihood, Encoding encoding);
 
+// A fresh EncodedStack::id, for encoders other than encode() (the CUDA one builds its cube on the
+// device): ids never repeat within a process, so device caches keyed on them stay correct.
+std::uint64_t new_encoded_stack_id();
+
 // CPU decode of one pixel's pair into weighted (a_e psi, a_e^2 phi) contributions; valid=false
 // for invalid codes or phi <= 0. Every CPU engine reads through this, so each runs every encoding.
 struct DecodedSample {

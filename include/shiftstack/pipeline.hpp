@@ -101,6 +101,12 @@ std::vector<Detection> filter_candidates(const std::vector<Candidate>& candidate
                                          const LikelihoodStack& likelihood, const MotionBank& bank,
                                          const FilterOptions& options, FilterStats* stats = nullptr);
 
+// The same with the light curves already sampled (curves[i] belongs to candidates[i], each of
+// `exposures` epochs), e.g. from likelihood planes that live on a GPU.
+std::vector<Detection> filter_candidates(const std::vector<Candidate>& candidates,
+                                         std::vector<LightCurve> curves, int exposures,
+                                         const FilterOptions& options, FilterStats* stats = nullptr);
+
 // ---- clustering ---------------------------------------------------------------------------
 
 // The space duplicates are found in (names as KBMOD's cluster_type):

@@ -94,6 +94,8 @@ double noise_scale(const float* phi, std::size_t n) {
 
 }  // namespace
 
+std::uint64_t new_encoded_stack_id() { return next_stack_id++; }
+
 EncodedStack encode(const LikelihoodStack& L, Encoding encoding) {
   require(L.exposures > 0 && L.width > 0 && L.height > 0, "encode: empty likelihood stack");
   EncodedStack out;

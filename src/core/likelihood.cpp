@@ -2,6 +2,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/likelihood_kernels.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"
 
@@ -9,16 +10,7 @@ namespace shiftstack {
 
 namespace {
 
-// A correlation kernel K over offsets d in [-rx, rx] x [-ry, ry]: out(x) = sum_d K(d) in(x + d),
-// with pixels outside the image contributing nothing. When K is an outer product (a Gaussian PSF,
-// and every product of shifted copies of one), the separable factors make it O(rx + ry) per pixel.
-struct Kernel {
-  int rx = 0, ry = 0;
-  std::vector<double> values;      // (2ry+1) rows of (2rx+1)
-  std::vector<double> row, column;  // K(dx, dy) = row[dx + rx] * column[dy + ry] when separable
-  bool separable = false;
-  double at(int dx, int dy) const { return values[std::size_t(dy + ry) * (2 * rx + 1) + dx + rx]; }
-};
+using detail::Kernel;
 
 void detect_separable(Kernel& k) {
   const int nx = 2 * k.rx + 1, ny = 2 * k.ry + 1;
@@ -113,6 +105,17 @@ void correlate(const std::vector<double>& in, int width, int height, const Kerne
 
 }  // namespace
 
+detail::LikelihoodKernels detail::likelihood_kernels(const Image<float>& psf_image) {
+  LikelihoodKernels k;
+  k.psf = psf_kernel(psf_image);
+  detect_separable(k.psf);
+  k.psf_squared = k.psf;
+  for (double& v : k.psf_squared.values) v *= v;
+  for (double& v : k.psf_squared.row) v *= v;
+  for (double& v : k.psf_squared.column) v *= v;
+  return k;
+}
+
 LikelihoodStack compute_likelihood(const ExposureStack& stack, bool with_covariances) {
   validate(stack);
   LikelihoodStack out;
@@ -145,12 +148,9 @@ LikelihoodStack compute_likelihood(const ExposureStack& stack, bool with_covaria
       weight[p] = masked ? 0.0 : 1.0 / double(x.variance.pixels[p]);
       weighted_science[p] = masked ? 0.0 : double(x.science.pixels[p]) * weight[p];
     }
-    Kernel psf = psf_kernel(x.psf);
-    detect_separable(psf);
-    Kernel psf_squared = psf;
-    for (double& v : psf_squared.values) v *= v;
-    for (double& v : psf_squared.row) v *= v;
-    for (double& v : psf_squared.column) v *= v;
+    const detail::LikelihoodKernels kernels = detail::likelihood_kernels(x.psf);
+    const Kernel& psf = kernels.psf;
+    const Kernel& psf_squared = kernels.psf_squared;
     const std::size_t offset = std::size_t(e) * plane;
     correlate(weighted_science, out.width, out.height, psf, out.psi.data() + offset, tmp, column_sum);
     correlate(weight, out.width, out.height, psf_squared, out.phi.data() + offset, tmp, column_sum);

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "shiftstack/error.hpp"
 #include "shiftstack/stack.hpp"
@@ -30,12 +31,47 @@ void validate_psf(const ExposureStack& stack, int e) {
   require(std::abs(sum - 1.0) <= 1e-3, who + ": PSF sums to " + std::to_string(sum) + ", not 1");
 }
 
+// The per-pixel part of validate(), for one exposure whose planes have matching sizes.
+struct PixelCheck {
+  std::size_t unmasked = 0, bad_science = 0, bad_variance = 0, first_bad = 0;
+};
+
+PixelCheck check_pixels(const Exposure& x) {
+  PixelCheck c;
+  for (std::size_t p = 0; p < x.science.size(); ++p) {
+    if (!x.mask.empty() && x.mask.pixels[p]) continue;
+    ++c.unmasked;
+    const float s = x.science.pixels[p], v = x.variance.pixels[p];
+    if (!std::isfinite(s)) {
+      if (!c.bad_science && !c.bad_variance) c.first_bad = p;
+      ++c.bad_science;
+    }
+    if (!std::isfinite(v) || v <= 0) {
+      if (!c.bad_science && !c.bad_variance) c.first_bad = p;
+      ++c.bad_variance;
+    }
+  }
+  return c;
+}
+
 }  // namespace
 
 void validate(const ExposureStack& stack) {
   require(!stack.exposures.empty(), "empty stack: no exposures");
   const int width = stack.width(), height = stack.height();
   require(width > 0 && height > 0, exposure_name(stack, 0) + ": empty science image");
+  // The pixel scans run in parallel (a CCD stack has ~1e9 pixels); the checks below still report
+  // the first problem in exposure order, exactly as a serial pass would.
+  const int count = stack.size();
+  std::vector<PixelCheck> pixel_checks(count);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int e = 0; e < count; ++e) {
+    const Exposure& x = stack.exposures[e];
+    const bool sizes_match = x.science.size() == std::size_t(width) * height &&
+                             x.variance.size() == x.science.size() &&
+                             (x.mask.empty() || x.mask.size() == x.science.size());
+    if (sizes_match) pixel_checks[e] = check_pixels(x);
+  }
   std::map<double, int> seen_epochs;
   for (int e = 0; e < stack.size(); ++e) {
     const Exposure& x = stack.exposures[e];
@@ -66,20 +102,7 @@ void validate(const ExposureStack& stack) {
     }
     validate_psf(stack, e);
 
-    std::size_t unmasked = 0, bad_science = 0, bad_variance = 0, first_bad = 0;
-    for (std::size_t p = 0; p < x.science.size(); ++p) {
-      if (!x.mask.empty() && x.mask.pixels[p]) continue;
-      ++unmasked;
-      const float s = x.science.pixels[p], v = x.variance.pixels[p];
-      if (!std::isfinite(s)) {
-        if (!bad_science && !bad_variance) first_bad = p;
-        ++bad_science;
-      }
-      if (!std::isfinite(v) || v <= 0) {
-        if (!bad_science && !bad_variance) first_bad = p;
-        ++bad_variance;
-      }
-    }
+    const auto [unmasked, bad_science, bad_variance, first_bad] = pixel_checks[e];
     require(unmasked > 0, who + ": every pixel is masked");
     if (bad_science || bad_variance) {
       std::ostringstream msg;

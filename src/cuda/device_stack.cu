@@ -57,6 +57,7 @@ struct CachedCube {
 struct State {
   std::mutex lock;
   CachedCube cube;
+  CachedCube built;  // whole-image cube encoded on the device (no host payload behind it)
   UploadStats stats;
   std::size_t budget = 0;
   bool budget_read = false;
@@ -198,10 +199,156 @@ std::size_t available_for_cube() {
   return free_bytes + s.cube.bytes();
 }
 
+namespace {
+
+PixelRect whole_image(const EncodedStack& stack) { return {0, 0, stack.width, stack.height}; }
+
+void fill_view(CachedCube& c, const EncodedStack& stack, const PixelRect& rect, int exception_count) {
+  c.view.storage = storage_code(stack.encoding);
+  c.view.image_width = stack.width;
+  c.view.image_height = stack.height;
+  c.view.exposures = stack.exposures;
+  c.view.rect = rect;
+  c.view.pitch = padded_pitch(rect.width);
+  c.view.pairs = c.pairs.get();
+  c.view.psi_weight = static_cast<const float*>(c.psi_weight.get());
+  c.view.phi_weight = static_cast<const float*>(c.phi_weight.get());
+  c.view.exceptions = static_cast<const DeviceException*>(c.exceptions.get());
+  c.view.exception_count = exception_count;
+}
+
+void reset_cube(CachedCube& c) {
+  c.pairs.reset();
+  c.psi_weight.reset();
+  c.phi_weight.reset();
+  c.exceptions.reset();
+  c.valid = false;
+}
+
+// A stack encoded on the device: the whole image is the built cube itself; any other rectangle
+// is cut out of it into the ordinary cache slot, device to device.
+StackView acquire_device_built(const EncodedStack& stack, const PixelRect& rect) {
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  CachedCube& b = s.built;
+  require(b.valid && b.stack_id == stack.id,
+          "encoded stack payload has 0 values, expected " +
+              std::to_string(2 * stack.plane_size() * std::size_t(stack.exposures)) +
+              ", and no cube encoded on the device for it (released already?)");
+  if (rect == b.rect) {
+    ++s.stats.reuses;
+    return b.view;
+  }
+  CachedCube& c = s.cube;
+  if (c.valid && c.stack_id == stack.id && c.rect == rect) {
+    ++s.stats.reuses;
+    return c.view;
+  }
+  reset_cube(c);
+  const std::size_t pair_bytes = stack.bytes_per_pair();
+  const std::size_t bytes = cube_bytes(stack, rect);
+  char* pairs = static_cast<char*>(c.pairs.allocate(bytes));
+  SHIFTSTACK_CUDA_CHECK(cudaMemset(pairs, 0, bytes));
+  const std::size_t source_pitch = std::size_t(b.view.pitch) * pair_bytes;
+  const std::size_t device_pitch = std::size_t(padded_pitch(rect.width)) * pair_bytes;
+  const char* source = static_cast<const char*>(b.pairs.get());
+  for (int e = 0; e < stack.exposures; ++e)
+    SHIFTSTACK_CUDA_CHECK(cudaMemcpy2D(
+        pairs + std::size_t(e) * rect.height * device_pitch, device_pitch,
+        source + (std::size_t(e) * stack.height + rect.y0) * source_pitch + std::size_t(rect.x0) * pair_bytes,
+        source_pitch, std::size_t(rect.width) * pair_bytes, rect.height, cudaMemcpyDeviceToDevice));
+  const std::size_t weight_bytes = sizeof(float) * stack.exposures;
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpy(c.psi_weight.allocate(weight_bytes), b.psi_weight.get(), weight_bytes,
+                                   cudaMemcpyDeviceToDevice));
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpy(c.phi_weight.allocate(weight_bytes), b.phi_weight.get(), weight_bytes,
+                                   cudaMemcpyDeviceToDevice));
+  // Exception keys hold full-image pixels, so the whole list serves any rectangle.
+  if (b.exceptions.bytes() > 0)
+    SHIFTSTACK_CUDA_CHECK(cudaMemcpy(c.exceptions.allocate(b.exceptions.bytes()), b.exceptions.get(),
+                                     b.exceptions.bytes(), cudaMemcpyDeviceToDevice));
+  c.stack_id = stack.id;
+  c.rect = rect;
+  fill_view(c, stack, rect, b.view.exception_count);
+  c.valid = true;
+  return c.view;
+}
+
+}  // namespace
+
+StackView prepare_device_cube(const EncodedStack& shell) {
+  require(shell.exposures > 0 && shell.width > 0 && shell.height > 0, "device encoding: empty stack");
+  require(payload_elements(shell) == 0, "device encoding: the stack already has a host payload");
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  // Free first so that the new cube can take the old one's memory.
+  reset_cube(s.built);
+  const PixelRect rect = whole_image(shell);
+  const std::size_t bytes = cube_bytes(shell, rect);
+  SHIFTSTACK_CUDA_CHECK(cudaMemset(s.built.pairs.allocate(bytes), 0, bytes));  // row padding
+  s.built.stack_id = shell.id;
+  s.built.rect = rect;
+  fill_view(s.built, shell, rect, 0);
+  return s.built.view;
+}
+
+void commit_device_cube(const EncodedStack& shell) {
+  require(int(shell.psi_weight.size()) == shell.exposures && int(shell.phi_weight.size()) == shell.exposures,
+          "device encoding: weights do not match the exposure count");
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  CachedCube& b = s.built;
+  require(b.stack_id == shell.id && b.pairs.get(), "device encoding: no cube prepared for this stack");
+  const std::size_t weight_bytes = sizeof(float) * shell.exposures;
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpy(b.psi_weight.allocate(weight_bytes), shell.psi_weight.data(), weight_bytes,
+                                   cudaMemcpyHostToDevice));
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpy(b.phi_weight.allocate(weight_bytes), shell.phi_weight.data(), weight_bytes,
+                                   cudaMemcpyHostToDevice));
+  std::vector<DeviceException> exceptions;
+  exceptions.reserve(shell.exceptions.size());
+  for (const EncodingException& x : shell.exceptions)
+    exceptions.push_back({(static_cast<unsigned long long>(x.exposure) << 32) | x.pixel, x.psi, 0.0f});
+  b.exceptions.reset();
+  if (!exceptions.empty())
+    SHIFTSTACK_CUDA_CHECK(cudaMemcpy(b.exceptions.allocate(exceptions.size() * sizeof(DeviceException)),
+                                     exceptions.data(), exceptions.size() * sizeof(DeviceException),
+                                     cudaMemcpyHostToDevice));
+  fill_view(b, shell, b.rect, int(exceptions.size()));
+  b.valid = true;
+}
+
+void download_device_cube(EncodedStack& shell) {
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  CachedCube& b = s.built;
+  require(b.valid && b.stack_id == shell.id, "download: this stack has no cube encoded on the device");
+  const std::size_t pair_bytes = shell.bytes_per_pair();
+  const std::size_t elements = 2 * shell.plane_size() * std::size_t(shell.exposures);
+  void* host = nullptr;
+  switch (shell.encoding) {
+    case Encoding::fp32: shell.fp32.resize(elements); host = shell.fp32.data(); break;
+    case Encoding::fp16: shell.fp16.resize(elements); host = shell.fp16.data(); break;
+    case Encoding::int8: shell.int8.resize(elements); host = shell.int8.data(); break;
+  }
+  // Rows of all exposures follow each other at the padded pitch: one strided copy drops the padding.
+  const std::size_t row_bytes = std::size_t(shell.width) * pair_bytes;
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpy2D(host, row_bytes, b.pairs.get(), std::size_t(b.view.pitch) * pair_bytes,
+                                     row_bytes, std::size_t(shell.height) * shell.exposures,
+                                     cudaMemcpyDeviceToHost));
+}
+
+void release_device_cube() {
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  if (s.cube.valid && s.cube.stack_id == s.built.stack_id) reset_cube(s.cube);
+  reset_cube(s.built);
+  s.built.stack_id = 0;
+}
+
 StackView acquire_stack(const EncodedStack& stack, const PixelRect& rect) {
   require(rect.x0 >= 0 && rect.y0 >= 0 && rect.width > 0 && rect.height > 0 &&
               rect.x0 + rect.width <= stack.width && rect.y0 + rect.height <= stack.height,
           "device upload: rectangle outside the image");
+  if (payload_elements(stack) == 0 && stack.exposures > 0) return acquire_device_built(stack, rect);
   require(payload_elements(stack) == 2 * stack.plane_size() * std::size_t(stack.exposures),
           "encoded stack payload has " + std::to_string(payload_elements(stack)) +
               " values, expected 2 per pixel per exposure");

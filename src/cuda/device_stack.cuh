@@ -125,4 +125,14 @@ std::size_t available_for_cube();
 
 void note_tiled_search(std::int64_t tiles);
 
+// ---- cubes encoded on the device (likelihood_gpu.cu) ------------------------------------------
+// A stack encoded on the GPU has no host payload: its whole-image cube (rows padded to
+// padded_pitch(width), the layout above) lives in a second cache slot, and acquire_stack()
+// serves it directly for the whole image, or copies the requested rectangle out of it on the
+// device. prepare_device_cube() allocates that slot for `shell` (id, encoding, sizes; payload
+// empty), zero-filled, and returns the view to fill; commit_device_cube() then uploads the
+// shell's weights and int8 exceptions and makes it visible to searches.
+StackView prepare_device_cube(const EncodedStack& shell);
+void commit_device_cube(const EncodedStack& shell);
+
 }  // namespace shiftstack::cuda

@@ -51,6 +51,7 @@ shift_mode: integer         # integer (KBMOD's rounding) | fractional (bilinear,
 encode_num_bytes: -1        # [KBMOD] psi/phi storage: -1 float32, 2 float16, 1 int8 scaled to the noise
 engine: auto                # auto: the fastest available engine; or one by name (reference, cpu, ...)
 cpu_only: false             # [KBMOD] with engine auto, never pick a GPU engine
+likelihood_device: auto     # psi/phi maps and encoding: auto (GPU if present and allowed) | gpu | cpu
 x_pixel_bounds: null        # [KBMOD] [start, end) of the origins' x; null: the whole image
 y_pixel_bounds: null        # [KBMOD] [start, end) of the origins' y
 max_candidates: 67108864    # more threshold crossings than this stop the run (never truncated)
@@ -373,6 +374,7 @@ SearchConfig convert(const YAML::Node& c) {
   }
   s.engine = get_string(c["engine"], "engine");
   s.cpu_only = get_bool(c["cpu_only"], "cpu_only");
+  s.likelihood_device = get_choice(c["likelihood_device"], "likelihood_device", {"auto", "gpu", "cpu"});
   s.x_bounds = get_bounds(c["x_pixel_bounds"], "x_pixel_bounds");
   s.y_bounds = get_bounds(c["y_pixel_bounds"], "y_pixel_bounds");
   s.max_candidates = get_int(c["max_candidates"], "max_candidates");

@@ -1,10 +1,12 @@
 #include "io/fits_util.hpp"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -228,6 +230,13 @@ void check_dimensions(const FitsFile& file, const std::string& what, long width,
 
 }  // namespace
 
+void advise_huge_pages(void* data, std::size_t bytes) {
+  constexpr std::uintptr_t huge_page = std::uintptr_t(2) << 20;  // x86-64 THP size
+  const std::uintptr_t begin = (reinterpret_cast<std::uintptr_t>(data) + huge_page - 1) & ~(huge_page - 1);
+  const std::uintptr_t end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(huge_page - 1);
+  if (data && end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // advice only
+}
+
 Image<float> read_float_image(const FitsFile& file, const Header& header, const std::string& what) {
   const ImageShape shape = image_shape(file);
   if (shape.naxis == 0) {
@@ -241,7 +250,7 @@ Image<float> read_float_image(const FitsFile& file, const Header& header, const 
                 ") has no image data (NAXIS = 0)");
   }
   check_dimensions(file, what, shape.width, shape.height);
-  Image<float> image(int(shape.width), int(shape.height));
+  Image<float> image = fresh_image<float>(int(shape.width), int(shape.height));
   long first[3] = {1, 1, 1};
   float null_value = std::numeric_limits<float>::quiet_NaN();
   int any_null = 0, status = 0;

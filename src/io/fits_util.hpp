@@ -3,6 +3,7 @@
 #pragma once
 #include <fitsio.h>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <utility>
@@ -66,6 +67,24 @@ ImageShape image_shape(const FitsFile& file);
 // Reads the current HDU's 2-D image as float (null/blank pixels become NaN). IRAF-style
 // constant arrays (NAXIS = 0 with NPIX1, NPIX2 and PIXVALUE) are expanded.
 Image<float> read_float_image(const FitsFile& file, const Header& header, const std::string& what);
+
+// Asks the kernel to back [data, data + bytes) with transparent huge pages where it can (a no-op
+// where THP is off). A CCD stack is gigabytes of fresh memory; faulting it in 2 MiB pages
+// instead of 4 KiB ones is what makes first touches cheap, notably on virtual machines.
+void advise_huge_pages(void* data, std::size_t bytes);
+
+// A zero-filled image whose memory got advise_huge_pages() before its first touch.
+template <typename T>
+Image<T> fresh_image(int width, int height) {
+  Image<T> image;
+  image.width = width;
+  image.height = height;
+  const std::size_t n = std::size_t(width) * std::size_t(height);
+  image.pixels.reserve(n);  // allocated, not yet touched
+  advise_huge_pages(image.pixels.data(), n * sizeof(T));
+  image.pixels.resize(n);
+  return image;
+}
 // Reads it as 64-bit integers into `values` (resized; reusing its memory matters: first touches
 // of fresh pages are a large part of reading time); blank or NaN pixels become all ones.
 void read_integer_image(const FitsFile& file, const Header& header, const std::string& what,

@@ -199,7 +199,7 @@ RawExposure assemble(const std::string& label, Image<float> science, Image<float
   Exposure& x = raw.exposure;
   x.label = label;
   const std::size_t n = science.size();
-  x.mask = Image<std::uint8_t>(science.width, science.height, 0);
+  x.mask = detail::fresh_image<std::uint8_t>(science.width, science.height);
   std::int64_t masked = 0, nonfinite = 0, finite_science = 0, usable_variance = 0;
   for (std::size_t p = 0; p < n; ++p) {
     float& s = science.pixels[p];

@@ -6,12 +6,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <sstream>
 
 #include "shiftstack/encoding.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"
+#ifdef SHIFTSTACK_HAVE_CUDA
+#include "cuda/likelihood_gpu.hpp"
+#endif
 
 namespace shiftstack::io {
 
@@ -75,7 +79,38 @@ std::unique_ptr<Engine> choose_engine(const std::string& requested, bool cpu_onl
   throw Error("no available engine can run this search" + reasons);
 }
 
-void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOptions& options) {
+// Whether psi/phi may go to the GPU at all (before looking for a device): not with
+// likelihood_device cpu, and with auto not for cpu_only runs nor fractional shifts (the GPU
+// path computes no covariance planes).
+bool gpu_likelihood_wanted(const SearchConfig& config) {
+  if (config.likelihood_device == "cpu") return false;
+  if (config.likelihood_device == "gpu") return true;
+  return !config.cpu_only && config.shift_mode == ShiftMode::integer;
+}
+
+// The final choice; likelihood_device gpu fails loudly where the GPU path cannot run.
+bool gpu_likelihood(const SearchConfig& config) {
+  if (!gpu_likelihood_wanted(config)) return false;
+  const bool required = config.likelihood_device == "gpu";
+  if (required)
+    require(config.shift_mode == ShiftMode::integer,
+            "likelihood_device gpu: fractional shifts need the covariance planes, which only the CPU "
+            "computes; use likelihood_device auto or cpu");
+#ifdef SHIFTSTACK_HAVE_CUDA
+  const bool present = cuda::likelihood_gpu_available();
+  if (required) require(present, "likelihood_device gpu: no CUDA device found");
+  return present;
+#else
+  if (required) throw Error("likelihood_device gpu: this build has no CUDA support");
+  return false;
+#endif
+}
+
+// psi/phi of candidates' trajectories, from the host planes or, in batches, from the device.
+constexpr std::size_t light_curve_batch = 1 << 16;
+
+void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOptions& options,
+                     std::future<void>* device_warm_up = nullptr) {
   StageRecorder stage{out, options.progress};
   const ExposureStack& stack = out.loaded.stack;
   const int E = stack.size(), W = stack.width(), H = stack.height();
@@ -121,15 +156,43 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
   }
 
   // ---- likelihood maps and encoding ----
+  // On the GPU (when chosen) the planes stay on the device: the cube the gather engines search is
+  // encoded there, and light curves are sampled from there; on the CPU as before.
   start = Clock::now();
-  LikelihoodStack likelihood = compute_likelihood(stack, bank.mode == ShiftMode::fractional);
-  stage.record("likelihood", start, "psi/phi for " + std::to_string(E) + " exposures");
+  if (device_warm_up && device_warm_up->valid()) device_warm_up->get();
+  LikelihoodStack likelihood;
+  std::string likelihood_detail = "psi/phi for " + std::to_string(E) + " exposures";
+#ifdef SHIFTSTACK_HAVE_CUDA
+  std::unique_ptr<cuda::DeviceLikelihood> device_likelihood;
+  if (gpu_likelihood(config)) {
+    try {
+      // run_search() validated the stack already (read_exposures, or the in-memory entry).
+      device_likelihood = std::make_unique<cuda::DeviceLikelihood>(stack, true);
+      likelihood_detail += " on the GPU (staging " + format("%.2f s", device_likelihood->times().staging) + ")";
+    } catch (const Error& e) {
+      if (config.likelihood_device == "gpu") throw;
+      out.warnings.push_back(std::string("psi/phi computed on the CPU: the GPU path failed: ") + e.what());
+    }
+  }
+  const bool on_gpu = device_likelihood != nullptr;
+#else
+  gpu_likelihood(config);  // throws for likelihood_device gpu
+  const bool on_gpu = false;
+#endif
+  if (!on_gpu) likelihood = compute_likelihood(stack, bank.mode == ShiftMode::fractional);
+  out.likelihood_device = on_gpu ? "gpu" : "cpu";
+  stage.record("likelihood", start, likelihood_detail);
 
   start = Clock::now();
   out.encoding = options.encoding.value_or(config.encoding);
-  auto encoded = std::make_unique<EncodedStack>(encode(likelihood, out.encoding));
+  std::unique_ptr<EncodedStack> encoded;
+#ifdef SHIFTSTACK_HAVE_CUDA
+  if (on_gpu) encoded = std::make_unique<EncodedStack>(device_likelihood->encode(out.encoding));
+#endif
+  if (!on_gpu) encoded = std::make_unique<EncodedStack>(encode(likelihood, out.encoding));
   stage.record("encode", start, to_string(out.encoding) + ", " + format("%.3g GB", double(encoded->plane_size()) * E *
-                                                                                   double(encoded->bytes_per_pair()) / 1e9));
+                                                                                   double(encoded->bytes_per_pair()) / 1e9) +
+                                    (on_gpu ? " on the GPU" : ""));
 
   // ---- search ----
   start = Clock::now();
@@ -148,8 +211,19 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
   }
   const SearchInput probe{encoded.get(), &bank, resolve(region, W, H), policy};
   auto engine = choose_engine(options.engine.empty() ? config.engine : options.engine, config.cpu_only, probe);
+  std::string search_note;
+#ifdef SHIFTSTACK_HAVE_CUDA
+  // Engines other than the CUDA gathers read the host payload: fetch the device cube for them.
+  if (on_gpu && !cuda::reads_device_cube(engine->name())) {
+    cuda::download_device_cube(*encoded);
+    search_note = " (cube fetched from the GPU)";
+  }
+#endif
   SearchResult result = search(*engine, *encoded, bank, policy, region);
   encoded.reset();
+#ifdef SHIFTSTACK_HAVE_CUDA
+  if (on_gpu) cuda::release_device_cube();
+#endif
   out.engine = result.engine;
   out.digest = result.digest;
   out.threshold_crossings = std::int64_t(result.candidates.size());
@@ -157,16 +231,38 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
     std::ostringstream d;
     d << result.engine << ": " << double(result.digest.trials) << " trials x " << E << " exposures, maxZ "
       << format("%.2f", result.digest.maxZ) << ", " << out.threshold_crossings << " above lh_level "
-      << config.filter.lh_level;
+      << config.filter.lh_level << search_note;
     stage.record("search", start, d.str());
   }
 
   // ---- filtering ----
   start = Clock::now();
-  std::vector<Detection> detections =
-      filter_candidates(result.candidates, likelihood, bank, config.filter, &out.filter);
+  std::vector<Detection> detections;
+  if (!on_gpu) {
+    detections = filter_candidates(result.candidates, likelihood, bank, config.filter, &out.filter);
+  } else {
+#ifdef SHIFTSTACK_HAVE_CUDA
+    // Batches of candidates keep the sampled curves small whatever the number of crossings.
+    for (std::size_t begin = 0; begin < result.candidates.size(); begin += light_curve_batch) {
+      const std::size_t end = std::min(result.candidates.size(), begin + light_curve_batch);
+      const std::vector<Candidate> batch(result.candidates.begin() + std::ptrdiff_t(begin),
+                                         result.candidates.begin() + std::ptrdiff_t(end));
+      FilterStats stats;
+      std::vector<Detection> kept = filter_candidates(
+          batch, device_likelihood->light_curves(bank, result.candidates, begin, end), E, config.filter, &stats);
+      out.filter.input += stats.input;
+      out.filter.below_likelihood += stats.below_likelihood;
+      out.filter.too_few_observations += stats.too_few_observations;
+      out.filter.kept += stats.kept;
+      detections.insert(detections.end(), std::make_move_iterator(kept.begin()), std::make_move_iterator(kept.end()));
+    }
+#endif
+  }
   result.candidates = {};
   likelihood = LikelihoodStack{};
+#ifdef SHIFTSTACK_HAVE_CUDA
+  device_likelihood.reset();
+#endif
   stage.record("filter", start,
                std::to_string(out.filter.kept) + " kept; " + std::to_string(out.filter.below_likelihood) +
                    " below lh_level after clipping, " + std::to_string(out.filter.too_few_observations) +
@@ -241,6 +337,11 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
 RunOutput run_search(const SearchConfig& config, const RunOptions& options) {
   RunOutput out;
   StageRecorder stage{out, options.progress};
+  // The CUDA context takes a while to create: make it on a thread while the files are read.
+  std::future<void> device_warm_up;
+#ifdef SHIFTSTACK_HAVE_CUDA
+  if (gpu_likelihood_wanted(config)) device_warm_up = std::async(std::launch::async, [] { cuda::warm_up_device(); });
+#endif
   auto start = Clock::now();
   out.files = expand_inputs(options.inputs);
   stage.record("discover", start, std::to_string(out.files.size()) + " files");
@@ -254,7 +355,7 @@ RunOutput run_search(const SearchConfig& config, const RunOptions& options) {
                                     " files");
   }
   out.warnings = out.loaded.warnings;
-  run_from_loaded(config, out, options);
+  run_from_loaded(config, out, options, &device_warm_up);
   return out;
 }
 
@@ -462,6 +563,7 @@ nlohmann::json run_summary(const RunOutput& run, const SearchConfig& config, con
           {"config", config.effective},
           {"engine", run.engine},
           {"encoding", to_string(run.encoding)},
+          {"likelihood_device", run.likelihood_device},
           {"bank",
            {{"velocities", run.bank.size()},
             {"t_ref", run.bank.t_ref},

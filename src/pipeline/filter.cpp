@@ -9,12 +9,14 @@
 
 namespace shiftstack {
 
-std::vector<Detection> filter_candidates(const std::vector<Candidate>& candidates,
-                                         const LikelihoodStack& likelihood, const MotionBank& bank,
-                                         const FilterOptions& options, FilterStats* stats) {
+namespace {
+
+// curve_of(i) returns candidate i's light curve (or throws Error).
+template <typename CurveOf>
+std::vector<Detection> filter_with(const std::vector<Candidate>& candidates, int E, CurveOf&& curve_of,
+                                   const FilterOptions& options, FilterStats* stats) {
   require(std::isfinite(options.lh_level), "lh_level must be finite");
   if (options.sigma_g) validate(options.sigma_g_options);
-  const int E = likelihood.exposures;
   // KBMOD: a num_obs above the number of exposures (or -1) means "every exposure".
   const int min_obs = (options.num_obs < 0 || options.num_obs > E) ? E : options.num_obs;
   const double coeff =
@@ -36,7 +38,7 @@ std::vector<Detection> filter_candidates(const std::vector<Candidate>& candidate
       Detection d;
       d.candidate = c;
       try {
-        d.curve = light_curve(likelihood, bank, c.x, c.y, std::size_t(c.velocity));
+        d.curve = curve_of(i);
       } catch (const Error& error) {
 #pragma omp critical(shiftstack_filter_failure)
         if (failure.empty()) failure = error.what();
@@ -82,6 +84,31 @@ std::vector<Detection> filter_candidates(const std::vector<Candidate>& candidate
   s.kept = std::int64_t(kept.size());
   if (stats) *stats = s;
   return kept;
+}
+
+}  // namespace
+
+std::vector<Detection> filter_candidates(const std::vector<Candidate>& candidates,
+                                         const LikelihoodStack& likelihood, const MotionBank& bank,
+                                         const FilterOptions& options, FilterStats* stats) {
+  auto curve_of = [&](std::int64_t i) {
+    const Candidate& c = candidates[i];
+    return light_curve(likelihood, bank, c.x, c.y, std::size_t(c.velocity));
+  };
+  return filter_with(candidates, likelihood.exposures, curve_of, options, stats);
+}
+
+std::vector<Detection> filter_candidates(const std::vector<Candidate>& candidates,
+                                         std::vector<LightCurve> curves, int exposures,
+                                         const FilterOptions& options, FilterStats* stats) {
+  require(curves.size() == candidates.size(), "filter: " + std::to_string(curves.size()) +
+                                                  " light curves for " + std::to_string(candidates.size()) +
+                                                  " candidates");
+  for (const LightCurve& c : curves)
+    require(c.size() == exposures && int(c.phi.size()) == exposures && int(c.valid.size()) == exposures,
+            "filter: a light curve does not have " + std::to_string(exposures) + " epochs");
+  auto curve_of = [&](std::int64_t i) { return std::move(curves[i]); };
+  return filter_with(candidates, exposures, curve_of, options, stats);
 }
 
 }  // namespace shiftstack

@@ -38,6 +38,7 @@ struct SearchConfig {
   Encoding encoding = Encoding::fp32;
   std::string engine = "auto";
   bool cpu_only = false;
+  std::string likelihood_device = "auto";  // where psi/phi are computed and encoded: auto, gpu, cpu
   std::optional<std::array<int, 2>> x_bounds, y_bounds;  // [start, end) of origins
   std::int64_t max_candidates = std::int64_t(1) << 26;
   FilterOptions filter;

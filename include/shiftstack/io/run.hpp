@@ -37,6 +37,7 @@ struct RunOutput {
   MotionBank bank;
   std::string engine;
   Encoding encoding = Encoding::fp32;
+  std::string likelihood_device = "cpu";  // where psi/phi were computed and encoded: cpu or gpu
   Digest digest;             // of the whole search (SPEC 4)
   std::int64_t threshold_crossings = 0;  // candidates the engine returned (Z > lh_level)
   FilterStats filter;

@@ -1,0 +1,113 @@
+// The search pipeline with psi/phi computed and encoded on the GPU (likelihood_device) against
+// the same pipeline on the CPU: same digest within SPEC 4's fp32 tolerance, the same candidates,
+// and the injected source as the one candidate at its true origin. Skipped without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda/likelihood_gpu.hpp"
+#include "shiftstack/error.hpp"
+#include "shiftstack/io/config.hpp"
+#include "shiftstack/io/run.hpp"
+#include "shiftstack/synth.hpp"
+
+namespace shiftstack::io {
+namespace {
+
+#define SKIP_WITHOUT_DEVICE() \
+  if (!cuda::likelihood_gpu_available()) GTEST_SKIP() << "no CUDA device"
+
+SearchConfig config_for(const KitStack& kit, const std::string& likelihood_device, const std::string& engine) {
+  SearchConfig c = default_config();
+  c.generator.name = "VelocityGridSearch";
+  c.generator.vx_steps = int(kit.bank.vx_axis.size());
+  c.generator.min_vx = kit.bank.vx_axis.front();
+  c.generator.max_vx = kit.bank.vx_axis.back();
+  c.generator.vy_steps = int(kit.bank.vy_axis.size());
+  c.generator.min_vy = kit.bank.vy_axis.front();
+  c.generator.max_vy = kit.bank.vy_axis.back();
+  c.shift_mode = kit.bank.mode;
+  c.likelihood_device = likelihood_device;
+  c.engine = engine;
+  c.filter.lh_level = 5.5;  // noise crossings and a crowd around the source to filter and merge
+  c.stamp_radius = 3;
+  return c;
+}
+
+LoadedStack loaded(const KitStack& kit) {
+  LoadedStack s;
+  s.stack = kit.stack;
+  for (int e = 0; e < kit.stack.size(); ++e) {
+    s.curve_x.push_back(kit.bank.curve_at_x(e));
+    s.curve_y.push_back(kit.bank.curve_at_y(e));
+  }
+  return s;
+}
+
+void expect_same_run(const RunOutput& gpu, const RunOutput& cpu, const std::string& what) {
+  const DigestComparison cmp = compare(cpu.digest, gpu.digest, DigestTolerance::fp32());
+  EXPECT_TRUE(cmp.agrees) << what << ": " << (cmp.failures.empty() ? "" : cmp.failures.front());
+  EXPECT_EQ(gpu.threshold_crossings, cpu.threshold_crossings) << what;
+  EXPECT_EQ(gpu.filter.kept, cpu.filter.kept) << what;
+  EXPECT_EQ(gpu.filter.below_likelihood, cpu.filter.below_likelihood) << what;
+  ASSERT_EQ(gpu.detections.size(), cpu.detections.size()) << what;
+  for (std::size_t i = 0; i < gpu.detections.size(); ++i) {
+    const Detection& g = gpu.detections[i];
+    const Detection& c = cpu.detections[i];
+    EXPECT_EQ(g.candidate.x, c.candidate.x) << what << " " << i;
+    EXPECT_EQ(g.candidate.y, c.candidate.y) << what << " " << i;
+    EXPECT_EQ(g.candidate.velocity, c.candidate.velocity) << what << " " << i;
+    EXPECT_EQ(g.obs_valid, c.obs_valid) << what << " " << i;
+    // Light curves come from float planes that agree to float rounding (test_gpu_likelihood).
+    EXPECT_NEAR(g.likelihood, c.likelihood, 1e-5 * std::abs(c.likelihood)) << what << " " << i;
+    EXPECT_EQ(g.cluster_size, c.cluster_size) << what << " " << i;
+  }
+}
+
+TEST(GpuPipeline, SameCandidatesAsTheCpuLikelihood) {
+  SKIP_WITHOUT_DEVICE();
+  KitOptions o = workload("ci");
+  o.seed = 12;
+  const KitStack kit = make_kit(o);
+  ASSERT_TRUE(kit.truth.injected);
+  for (Encoding encoding : all_encodings())
+    for (const std::string engine : {"cuda-fast", "cpu"}) {
+      const std::string what = to_string(encoding) + " " + engine;
+      RunOptions options;
+      options.encoding = encoding;
+      const RunOutput cpu = run_search(config_for(kit, "cpu", engine), loaded(kit), options);
+      const RunOutput gpu = run_search(config_for(kit, "gpu", engine), loaded(kit), options);
+      EXPECT_EQ(cpu.likelihood_device, "cpu") << what;
+      EXPECT_EQ(gpu.likelihood_device, "gpu") << what;
+      EXPECT_EQ(gpu.engine, engine) << what;
+      expect_same_run(gpu, cpu, what);
+      ASSERT_GE(gpu.detections.size(), 1u) << what;
+      const Detection& best = gpu.detections.front();
+      EXPECT_LE(std::abs(best.candidate.x - kit.truth.x), 1) << what;
+      EXPECT_LE(std::abs(best.candidate.y - kit.truth.y), 1) << what;
+    }
+  // auto picks the GPU here (a device is present, integer shifts, not cpu_only).
+  const RunOutput automatic = run_search(config_for(kit, "auto", "auto"), loaded(kit), RunOptions{});
+  EXPECT_EQ(automatic.likelihood_device, "gpu");
+  SearchConfig cpu_only = config_for(kit, "auto", "auto");
+  cpu_only.cpu_only = true;
+  EXPECT_EQ(run_search(cpu_only, loaded(kit), RunOptions{}).likelihood_device, "cpu");
+}
+
+TEST(GpuPipeline, FractionalShiftsStayOnTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  KitOptions o = workload("ci");
+  o.exposures = 8;
+  o.width = o.height = 40;
+  o.vx_count = o.vy_count = 5;
+  o.velocity_displacement = 4;
+  o.shift_mode = ShiftMode::fractional;
+  const KitStack kit = make_kit(o);
+  SearchConfig gpu = config_for(kit, "gpu", "reference");
+  EXPECT_THROW(run_search(gpu, loaded(kit), RunOptions{}), Error);
+  const RunOutput automatic = run_search(config_for(kit, "auto", "reference"), loaded(kit), RunOptions{});
+  EXPECT_EQ(automatic.likelihood_device, "cpu");
+}
+
+}  // namespace
+}  // namespace shiftstack::io
