@@ -53,14 +53,15 @@ cat "$work/sweep_dense.txt" | tee -a "$summary"
 prefer=$(python3 - "$work/sweep_dense.json" <<'PY'
 import json, sys
 rows = [r for r in json.load(open(sys.argv[1])) if "seconds_median" in r and r.get("deterministic")]
-def best(encodings, half):
-    ok = [r for r in rows if r["encoding"] in encodings and r["variant"].startswith("h16") == half
+def best(encodings, family):
+    ok = [r for r in rows if r["encoding"] in encodings and r["variant"].startswith(family)
           and (r["agrees"] or r["encoding"] == "int8")]
     if not ok: return None
     score = {}
     for r in ok: score.setdefault(r["variant"], []).append(r["seconds_median"])
     return min(score, key=lambda v: sum(score[v]) / len(score[v]))
-names = [n for n in (best(("fp16", "int8"), True), best(("fp32",), False)) if n]
+# Tensor-core sums (fp16 storage), half staging (int8), float staging (fp32), in that order.
+names = [n for n in (best(("fp16",), "mma"), best(("int8",), "h16"), best(("fp32",), "f32")) if n]
 print(",".join(names))
 PY
 )
@@ -96,12 +97,12 @@ PY
 step "Nsight Compute: the preferred kernels on kbmod (one launch each)"
 [ -n "$prefer" ] || prefer=f32-v8r2-w4x4-p40
 first=${prefer%%,*}
-second=${prefer#*,}
-timeout 120 ncu --clock-control none --kernel-name regex:fast_gather --launch-count 3 --set full \
-  "$bin/shiftstack_gather_sweep" --workload kbmod --variants "$second,$first" --encoding fp32,fp16 \
+last=${prefer##*,}
+timeout 120 ncu --clock-control none --kernel-name regex:'fast_gather|fast_mma' --launch-count 3 --set full \
+  "$bin/shiftstack_gather_sweep" --workload kbmod --variants "$last,$first" --encoding fp32,fp16 \
   --runs 1 --warmup 0 --baseline cuda-tiled > "$work/ncu.txt" 2>&1
 echo "exit $?" >> "$work/ncu.txt"
-grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Executed Ipc|Issue Slots Busy|Shared Memory|Bank|L1/TEX Hit|L2 Hit|DRAM Throughput|Warp Cycles Per Issued|fast_gather_kernel" \
+grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Executed Ipc|Issue Slots Busy|Shared Memory|Bank|L1/TEX Hit|L2 Hit|DRAM Throughput|Warp Cycles Per Issued|fast_gather_kernel|fast_mma_kernel" \
   "$work/ncu.txt" | head -80 | tee -a "$summary"
 
 step "SASS and resources"

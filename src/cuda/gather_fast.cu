@@ -949,14 +949,7 @@ class FastMethod final : public GatherMethod {
   // The tensor-core variant keeps an exposure-grouped copy of each tile beside the upload.
   double stack_copies() const override { return plan_.variant && plan_.variant->info.tensor_cores ? 2.0 : 1.0; }
 
-  ShiftSource shifts() const override {
-    ShiftSource s;
-    s.exposures = tables_.tables().exposures;
-    s.table_x = tables_.tables().shift_x;
-    s.table_y = tables_.tables().shift_y;
-    s.vx_count = tables_.tables().vx_count;
-    return s;
-  }
+  ShiftSource shifts() const override { return tables_.shift_source(); }
 
  private:
   PacketTableSet tables_;

@@ -141,14 +141,7 @@ class TiledMethod final : public GatherMethod {
     });
   }
 
-  ShiftSource shifts() const override {
-    ShiftSource s;
-    s.exposures = tables_.tables().exposures;
-    s.table_x = tables_.tables().shift_x;
-    s.table_y = tables_.tables().shift_y;
-    s.vx_count = tables_.tables().vx_count;
-    return s;
-  }
+  ShiftSource shifts() const override { return tables_.shift_source(); }
 
  private:
   PacketTableSet tables_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/device_buffer.cuh"
+#include "cuda/gather_driver.cuh"
 #include "shiftstack/motion.hpp"
 
 namespace shiftstack::cuda {
@@ -101,6 +102,15 @@ class PacketTableSet {
                       y_span_.get()};
   }
   const PacketTables& tables() const { return t_; }
+  // The separable shift tables, for the obs_count pass of the gather driver.
+  ShiftSource shift_source() const {
+    ShiftSource s;
+    s.exposures = t_.exposures;
+    s.table_x = t_.shift_x;
+    s.table_y = t_.shift_y;
+    s.vx_count = t_.vx_count;
+    return s;
+  }
   const AxisRuns& x() const { return x_; }
   const AxisRuns& y() const { return y_; }
   int packets() const { return x_.groups * y_.groups; }
