@@ -359,21 +359,37 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
 
 constexpr int mma_group = 4;  // exposures per mma (k = 16 = 2 trials x 4 exposures x 2 channels)
 
+// One stored pair as the (psi, phi) half2 the sums read: fp16 pairs as they are (invalid ones are
+// stored as (0, 0)); int8 codes as halves, which hold them exactly (the exposure's steps are the
+// weights), invalid codes as (0, 0). Exception codes never get here: the variant declines them.
+template <StorageCode S>
+__device__ inline unsigned int half_pair(const StackView& view, std::size_t index) {
+  if constexpr (S == StorageCode::fp16) {
+    return static_cast<const unsigned int*>(view.pairs)[index];
+  } else {
+    const unsigned short raw = static_cast<const unsigned short*>(view.pairs)[index];
+    const signed char psi = static_cast<signed char>(raw & 0xffu);
+    const unsigned char phi = static_cast<unsigned char>(raw >> 8);
+    if (psi == int8_codes::psi_invalid || phi == 0) return 0u;
+    return half2_bits(__floats2half2_rn(float(psi), float(phi)));
+  }
+}
+
 // pairs (exposure-major, rows padded to view.pitch) -> grouped[((q * H + y) * pitch + x)] holds
-// exposures 4q..4q+3 of pixel (x, y); zero past the last exposure.
+// exposures 4q..4q+3 of pixel (x, y) as half2 pairs; zero past the last exposure.
+template <StorageCode S>
 __global__ void interleave_groups(StackView view, uint4* grouped, int groups) {
   const std::size_t plane = std::size_t(view.rect.height) * view.pitch;
   const std::size_t total = plane * groups;
-  const unsigned int* pairs = static_cast<const unsigned int*>(view.pairs);
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
        i += std::size_t(gridDim.x) * blockDim.x) {
     const std::size_t q = i / plane, p = i - q * plane;
     const int e = int(q) * mma_group;
     uint4 v;
-    v.x = e < view.exposures ? pairs[std::size_t(e) * plane + p] : 0u;
-    v.y = e + 1 < view.exposures ? pairs[std::size_t(e + 1) * plane + p] : 0u;
-    v.z = e + 2 < view.exposures ? pairs[std::size_t(e + 2) * plane + p] : 0u;
-    v.w = e + 3 < view.exposures ? pairs[std::size_t(e + 3) * plane + p] : 0u;
+    v.x = e < view.exposures ? half_pair<S>(view, std::size_t(e) * plane + p) : 0u;
+    v.y = e + 1 < view.exposures ? half_pair<S>(view, std::size_t(e + 1) * plane + p) : 0u;
+    v.z = e + 2 < view.exposures ? half_pair<S>(view, std::size_t(e + 2) * plane + p) : 0u;
+    v.w = e + 3 < view.exposures ? half_pair<S>(view, std::size_t(e + 3) * plane + p) : 0u;
     grouped[i] = v;
   }
 }
@@ -671,7 +687,8 @@ FastVariant make_variant() {
   return v;
 }
 
-// Tensor-core sums: fp16 storage only (its device pairs need no decoding; int8 codes would).
+// Tensor-core sums: fp16 storage, and int8 storage without exception codes (its codes are
+// decoded to halves when the tile is regrouped); fp32 values would not fit in half operands.
 template <int RV, int RY, int NWY, int NWV, int Pitch, int Stages, int MinBlocks = 1>
 FastVariant make_mma_variant() {
   FastVariant v;
@@ -681,13 +698,13 @@ FastVariant make_mma_variant() {
   v.info = FastVariantInfo{name, true, true, false, RV, RY, NWY, NWV, Pitch};
   v.kernel[0] = nullptr;
   v.kernel[1] = fast_mma_kernel<RV, RY, NWY, NWV, Pitch, Stages, MinBlocks>;
+  v.kernel[2] = v.kernel[1];  // the kernel reads the regrouped half pairs whatever the storage
   v.stages = Stages;
-  v.kernel[2] = nullptr;
   return v;
 }
 
 // The measured variants (bench/RESULTS.md, GPU gathers), in the order the automatic choice tries
-// them: the tensor-core variants (fp16 storage; the wide pitch for grids that drift more), then
+// them: the tensor-core variants (fp16, int8 storage; the wide pitch for grids that drift more), then
 // the fastest on `dense` for half staging (int8 storage) and for float staging (fp32), then the
 // others of the sweep, then a short-run, wide-pitch fallback for coarse grids whose neighbouring
 // velocities drift apart by more than the narrow pitch allows. Names: mma = tensor-core sums,
@@ -804,15 +821,15 @@ VariantPlan plan_variant(const FastVariant& v, const EncodedStack& stack, const 
   plan.variant = &v;
   const FastVariantInfo& i = v.info;
   if (!v.kernel[storage_index(stack.encoding)]) {
-    plan.problem = i.tensor_cores ? "the tensor-core variant reads fp16 storage only"
+    plan.problem = i.tensor_cores ? "the tensor-core variant reads fp16 and int8 storage only"
                                   : "half-precision staging holds fp16 and int8 storage only";
     return plan;
   }
-  if (i.tensor_cores) return plan_mma_variant(v, x, y, exposures);
   if (i.half_staging && stack.encoding == Encoding::int8 && !stack.exceptions.empty()) {
     plan.problem = "int8 exceptions need float staging for their exact values";
     return plan;
   }
+  if (i.tensor_cores) return plan_mma_variant(v, x, y, exposures);
   if (warp_size + x.max_span > i.pitch) {
     plan.problem = "neighbouring velocities drift " + std::to_string(x.max_span) +
                    " px apart along x within a packet, more than the pitch allows (" +
@@ -901,6 +918,7 @@ class FastMethod final : public GatherMethod {
     require(plan_.problem.empty(), "cuda-fast cannot run this input: " + plan_.problem);
     const FastVariantInfo& i = plan_.variant->info;
     kernel_ = plan_.variant->kernel[storage_index(input.stack->encoding)];
+    encoding_ = input.stack->encoding;
     threads_ = warp_size * i.warps_y * i.warps_v;
     rows_ = i.warps_y * i.rows_per_thread;
     SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -933,7 +951,10 @@ class FastMethod final : public GatherMethod {
       const std::size_t pixels = std::size_t(params.exposure_groups) * view.rect.height * view.pitch;
       grouped_.resize(pixels);
       const int blocks = int(std::min<std::size_t>((pixels + 255) / 256, 65536));
-      interleave_groups<<<blocks, 256, 0, stream>>>(view, grouped_.get(), params.exposure_groups);
+      if (view.storage == StorageCode::int8)
+        interleave_groups<StorageCode::int8><<<blocks, 256, 0, stream>>>(view, grouped_.get(), params.exposure_groups);
+      else
+        interleave_groups<StorageCode::fp16><<<blocks, 256, 0, stream>>>(view, grouped_.get(), params.exposure_groups);
       SHIFTSTACK_CUDA_CHECK_LAUNCH();
       params.grouped = grouped_.get();
       params.group_x_min = group_x_min_.get();
@@ -946,8 +967,12 @@ class FastMethod final : public GatherMethod {
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 
-  // The tensor-core variant keeps an exposure-grouped copy of each tile beside the upload.
-  double stack_copies() const override { return plan_.variant && plan_.variant->info.tensor_cores ? 2.0 : 1.0; }
+  // The tensor-core variant keeps an exposure-grouped copy of each tile beside the upload, in half
+  // pairs (twice the bytes of int8 pairs).
+  double stack_copies() const override {
+    if (!plan_.variant || !plan_.variant->info.tensor_cores) return 1.0;
+    return encoding_ == Encoding::int8 ? 3.0 : 2.0;
+  }
 
   ShiftSource shifts() const override { return tables_.shift_source(); }
 
@@ -956,6 +981,7 @@ class FastMethod final : public GatherMethod {
   DeviceArray<int> group_x_min_, group_y_min_;
   DeviceArray<uint4> grouped_;
   VariantPlan plan_;
+  Encoding encoding_ = Encoding::fp32;
   FastKernel kernel_ = nullptr;
   int threads_ = 0, rows_ = 0, groups_ = 1;
 };
