@@ -216,6 +216,126 @@ TEST(Validation, BadOptionsAreErrors) {
   EXPECT_THROW(run_validation(o), Error);
 }
 
+// Reports are functions of the per-pair records alone: records of adjoining pair ranges, written
+// to JSON and read back, merge into exactly the numbers of one run over all pairs.
+TEST(ValidationRecords, SplitRunsMergeIntoTheWholeRun) {
+  const std::vector<MethodSpec> methods = {{"cpu", Encoding::int8}, {"reference", Encoding::fp32}};
+  ValidationOptions whole = small_options(5);
+  whole.null_window = 20;
+  const ValidationRecords all = collect_validation_records(whole, methods);
+  ValidationOptions head = whole, tail = whole;
+  head.pairs = 2;
+  tail.first_pair = 2, tail.pairs = 3;
+  const Provenance p{"test card", "abc", "2026-01-01T00:00:00Z", "test"};
+  const ValidationRecords a = records_from_json(to_json(collect_validation_records(head, methods), {}, p));
+  const ValidationRecords b = records_from_json(to_json(collect_validation_records(tail, methods), {}, p));
+  const ValidationRecords merged = merge_validation_records({b, a});  // any order
+  EXPECT_EQ(merged.options.first_pair, 0);
+  EXPECT_EQ(merged.options.pairs, 5);
+  const auto expected = validation_reports(all), got = validation_reports(merged);
+  ASSERT_EQ(expected.size(), got.size());
+  for (std::size_t m = 0; m < got.size(); ++m) {
+    const std::string name = got[m].options.engine + " " + to_string(got[m].options.encoding);
+    EXPECT_EQ(got[m].retention, expected[m].retention) << name;
+    EXPECT_EQ(got[m].retention_interval.low, expected[m].retention_interval.low) << name;
+    EXPECT_EQ(got[m].retention_interval.high, expected[m].retention_interval.high) << name;
+    EXPECT_EQ(got[m].method.z_inj_truth, expected[m].method.z_inj_truth) << name;
+    EXPECT_EQ(got[m].method.near.variance, expected[m].method.near.variance) << name;
+    EXPECT_EQ(got[m].method.away.variance_se, expected[m].method.away.variance_se) << name;
+    EXPECT_EQ(got[m].method.all.excursions.back().observed, expected[m].method.all.excursions.back().observed);
+    EXPECT_EQ(got[m].method.matched_threshold, expected[m].method.matched_threshold) << name;
+    ASSERT_EQ(got[m].method.completeness.size(), 2u);
+    EXPECT_EQ(got[m].method.completeness[0].detected, expected[m].method.completeness[0].detected) << name;
+    EXPECT_EQ(got[m].null_trials_per_cube, expected[m].null_trials_per_cube) << name;
+  }
+  // Overlapping or gapped ranges, and other set-ups, are refused.
+  EXPECT_THROW(merge_validation_records({a, a}), Error);
+  ValidationRecords gap = b;
+  gap.options.first_pair = 3;
+  EXPECT_THROW(merge_validation_records({a, gap}), Error);
+  ValidationRecords other = b;
+  other.options.kit.bad_column = false;
+  EXPECT_THROW(merge_validation_records({a, other}), Error);
+  EXPECT_THROW(records_from_json("{\"kind\": \"something else\"}"), Error);
+}
+
+// Searching one cube with every method at once, while the next pair is made, changes nothing.
+TEST(ValidationRecords, ConcurrentEqualsSequential) {
+  ValidationOptions o = small_options(3);
+  o.null_window = 16;
+  const std::vector<MethodSpec> methods = {{"cpu", Encoding::fp32}, {"cpu", Encoding::fp16}, {"reference", Encoding::int8}};
+  o.concurrent = true;
+  const ValidationRecords c = collect_validation_records(o, methods);
+  o.concurrent = false;
+  const ValidationRecords s = collect_validation_records(o, methods);
+  ASSERT_EQ(c.observations.size(), s.observations.size());
+  for (std::size_t r = 0; r < c.observations.size(); ++r)
+    for (std::size_t j = 0; j < c.observations[r].size(); ++j) {
+      const PairObservation &x = c.observations[r][j], &y = s.observations[r][j];
+      EXPECT_EQ(x.z_null, y.z_null);
+      EXPECT_EQ(x.z_inj, y.z_inj);
+      EXPECT_EQ(x.all.sum2, y.all.sum2);
+      EXPECT_EQ(x.near.n, y.near.n);
+      EXPECT_EQ(x.level_max, y.level_max);
+      EXPECT_EQ(x.high_z, y.high_z);
+    }
+}
+
+// The window placed away from masks holds the most away trials of all windows (brute force over
+// every position), ties going to the lowest y, then x.
+TEST(ValidationNearMasks, WindowAwayFromMasksIsTheBest) {
+  KitOptions k = small_cube();
+  k.bad_column = false;
+  k.inject = false;
+  k.seed = 9;
+  const KitStack kit = make_kit(k);
+  const auto flags = validation_detail::near_mask_flags(kit.stack, kit.bank, 1.0);
+  const int W = k.width, H = k.height, side = 12;
+  const std::size_t V = kit.bank.size();
+  const Region chosen = validation_detail::window_away_from_masks(flags, W, H, V, side);
+  auto away_in = [&](int x0, int y0) {
+    std::int64_t n = 0;
+    for (std::size_t v = 0; v < V; ++v)
+      for (int y = y0; y < y0 + side; ++y)
+        for (int x = x0; x < x0 + side; ++x) n += flags[(v * H + y) * W + x] == 0;
+    return n;
+  };
+  std::int64_t best = -1;
+  int best_x = -1, best_y = -1;
+  for (int y = 0; y + side <= H; ++y)
+    for (int x = 0; x + side <= W; ++x)
+      if (const std::int64_t n = away_in(x, y); n > best) best = n, best_x = x, best_y = y;
+  EXPECT_EQ(chosen.x0, best_x);
+  EXPECT_EQ(chosen.y0, best_y);
+  EXPECT_EQ(chosen.width, side);
+  EXPECT_EQ(chosen.height, side);
+  EXPECT_GT(best, 0);
+  // A side larger than the image is clipped to it.
+  const Region whole = validation_detail::window_away_from_masks(flags, W, H, V, 10 * W);
+  EXPECT_EQ(whole.count(), std::int64_t(W) * H);
+}
+
+// The sparse-mask kit with windows placed away from masks: most null trials are away from masks,
+// and their Var(Z) is 1 within 4 jackknife standard errors, which n cubes make small.
+TEST(Validation, NullVarianceAwayFromSparseMasks) {
+  ValidationOptions o = small_options(16);
+  o.kit.bad_column = false;
+  o.null_window = 24;
+  o.null_window_placement = NullWindowPlacement::away;
+  o.completeness_snr.clear();
+  const ValidationReport r = run_validation(o);
+  EXPECT_GT(r.method.away.trials, r.method.near.trials);
+  EXPECT_NEAR(r.method.away.variance, 1.0, 4 * r.method.away.variance_se) << "se " << r.method.away.variance_se;
+  EXPECT_LT(r.method.away.variance_se, 0.25 / std::sqrt(double(o.pairs)));
+  EXPECT_TRUE(r.method.completeness.empty());
+  // The window is chosen from the masks: placing it at random holds fewer away trials.
+  o.null_window_placement = NullWindowPlacement::random;
+  EXPECT_LT(run_validation(o).method.away.trials, r.method.away.trials);
+  o.null_window = 0;
+  o.null_window_placement = NullWindowPlacement::away;
+  EXPECT_THROW(run_validation(o), Error);  // no window to place
+}
+
 // SPEC 5's eta formulas against unit-normal draws: within 5 batch standard errors (plus the
 // Sheppard approximation's own error for the coarse bright-residual step).
 TEST(Quantization, MeasuredEtaMatchesFormula) {
@@ -302,6 +422,47 @@ TEST(FractionalNormalization, BandLimitedPlanesMatchDefinitions) {
     EXPECT_NEAR(planes.B[i], B, 1e-5 * B) << x << "," << y;
     EXPECT_NEAR(planes.naive_B[i], naive, 1e-5 * std::abs(naive) + 1e-12) << x << "," << y;
   }
+}
+
+// The Fourier-route evaluation (spectra of psi on the band, the exact information spectrum on the
+// doubled band, separable phase tables per exposure, the fold onto the grid) gives the planes of
+// the direct band-limited evaluation for every velocity: A, the exact B and the naive B.
+TEST(FractionalNormalization, SpectralRouteEqualsDirectBandLimited) {
+  KitOptions k = small_cube();
+  k.width = 18, k.height = 15;
+  k.exposures = 3;
+  k.vx_count = k.vy_count = 2;
+  k.velocity_displacement = 2.5;
+  k.curve_amplitude = 0.7;
+  k.inject = false;
+  k.shift_mode = ShiftMode::fractional;
+  k.psf_sigma_min = 0.55, k.psf_sigma_max = 0.85;
+  k.seed = 4;
+  const KitStack kit = make_kit(k);
+  const LikelihoodStack maps = compute_likelihood(kit.stack);
+  const auto grid = validation_detail::band_limited_grid(kit.stack, kit.bank);
+  const auto spectral = validation_detail::band_limited_spectral_planes(kit.stack, maps, kit.bank, grid);
+  ASSERT_EQ(spectral.size(), kit.bank.size());
+  double worst_a = 0, worst_b = 0, worst_naive = 0;
+  for (std::size_t v = 0; v < kit.bank.size(); ++v) {
+    const auto direct = validation_detail::band_limited_planes(kit.stack, maps, kit.bank, v, grid);
+    for (std::size_t i = 0; i < direct.B.size(); ++i) {
+      ASSERT_GT(direct.B[i], 0);
+      // Double-precision transforms of a few hundred terms: agreement to ~1e-12 relative.
+      worst_a = std::max(worst_a, std::abs(spectral[v].A[i] - direct.A[i]) / std::sqrt(direct.B[i]));
+      worst_b = std::max(worst_b, std::abs(spectral[v].B[i] / direct.B[i] - 1));
+      worst_naive = std::max(worst_naive, std::abs(spectral[v].naive_B[i] - direct.naive_B[i]) / direct.B[i]);
+    }
+  }
+  EXPECT_LT(worst_a, 1e-9);
+  EXPECT_LT(worst_b, 1e-9);
+  EXPECT_LT(worst_naive, 1e-9);
+  // The doubled band matters: the exact B differs from the naive one somewhere.
+  const auto direct = validation_detail::band_limited_planes(kit.stack, maps, kit.bank, 0, grid);
+  double largest = 0;
+  for (std::size_t i = 0; i < direct.B.size(); ++i)
+    largest = std::max(largest, std::abs(direct.B[i] / direct.naive_B[i] - 1));
+  EXPECT_GT(largest, 1e-3);
 }
 
 // The band-limited route: exact B keeps Var(Z) at 1 near masks with a sharp PSF. The naive phi

@@ -33,6 +33,13 @@ struct ValidateArgs {
   double matched_z = 5;
   double near_fwhm = 1;
   int null_window = 0;
+  std::string placement = "random";
+  std::string kit_masks = "standard";
+  int first_pair = 0;
+  bool no_completeness = false;
+  bool sequential = false;
+  std::string save_records;
+  std::vector<std::string> merge;
   std::string out;
   std::string card, commit;
   std::size_t quantization_samples = 1 << 20;
@@ -80,6 +87,49 @@ void ensure_folder(const std::string& folder) {
   require(!ec && std::filesystem::is_directory(folder), "cannot create output folder '" + folder + "'");
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  require(bool(in), "cannot read '" + path + "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Reports of one run (collected here or merged from records) into <out>/<engine>-<encoding>...
+void write_reports(const std::vector<ValidationReport>& reports, const std::vector<QuantizationRow>& quantization,
+                   const Provenance& p, const std::string& out, const std::vector<std::string>& skipped) {
+  for (const auto& report : reports) {
+    std::cout << format_table(report) << "\n";
+    if (out.empty()) continue;
+    // Fractional runs get their own folders beside the integer ones.
+    const KitOptions& kit = report.options.kit;
+    const std::string folder = out + "/" + report.options.engine + "-" + to_string(report.options.encoding) +
+                               (kit.shift_mode == ShiftMode::fractional ? "-fractional" : "");
+    ensure_folder(folder);
+    write_text(folder + "/report.json", to_json(report, quantization, p));
+    write_text(folder + "/report.txt", format_table(report) + (quantization.empty() ? "" : format_table(quantization)));
+    write_plots(report, p, folder);
+    std::cerr << "wrote " << folder << "/report.json, report.txt and plots\n";
+  }
+  if (!quantization.empty()) std::cout << format_table(quantization);
+  for (const auto& line : skipped) std::cout << "not supported, skipped: " << line << "\n";
+}
+
+// Merged records carry the provenance of their parts: one card and commit, the latest date, and
+// every part's command.
+Provenance merged_provenance(const std::vector<Provenance>& parts, const std::string& merge_command) {
+  Provenance p = parts.front();
+  for (const auto& q : parts) {
+    require(q.card == p.card && q.commit == p.commit,
+            "merge: the records come from different machines or commits ('" + p.card + "' " + p.commit + " vs '" +
+                q.card + "' " + q.commit + ")");
+    p.date = std::max(p.date, q.date);
+  }
+  p.command = merge_command;
+  for (const auto& q : parts) p.command += " ; part: " + q.command;
+  return p;
+}
+
 void run(const ValidateArgs& a) {
   if (a.list_engines) {
     for (const auto& info : engines())
@@ -95,6 +145,29 @@ void run(const ValidateArgs& a) {
     std::cerr << "wrote " << folder << "/summary.txt, summary_retention.svg, summary_null_variance.svg\n";
     return;
   }
+  if (!a.merge.empty()) {
+    std::vector<ValidationRecords> parts;
+    std::vector<Provenance> provenances;
+    std::vector<QuantizationRow> quantization;
+    std::string command = "shiftstack validate --merge";
+    for (const auto& file : a.merge) {
+      std::vector<QuantizationRow> q;
+      Provenance p;
+      parts.push_back(records_from_json(read_text(file), &q, &p));
+      provenances.push_back(p);
+      if (quantization.empty()) quantization = q;
+      command += " " + std::filesystem::path(file).filename().string();
+    }
+    const ValidationRecords merged = merge_validation_records(parts);
+    const Provenance p = merged_provenance(provenances, command);
+    if (!a.save_records.empty()) {
+      write_text(a.save_records, to_json(merged, quantization, p));
+      std::cerr << "wrote " << a.save_records << " (merged records of pairs " << merged.options.first_pair << ".."
+                << merged.options.first_pair + merged.options.pairs - 1 << ")\n";
+    }
+    write_reports(validation_reports(merged), quantization, p, a.out, merged.skipped);
+    return;
+  }
   require(a.shift_mode == "integer" || a.shift_mode == "fractional",
           "--shift-mode must be integer or fractional, got '" + a.shift_mode + "'");
   KitOptions kit = workload(a.workload);
@@ -102,6 +175,12 @@ void run(const ValidateArgs& a) {
   if (a.height > 0) kit.height = a.height;
   if (a.exposures > 0) kit.exposures = a.exposures;
   if (a.velocities > 0) kit.vx_count = kit.vy_count = a.velocities;
+  // Mask layouts: SPEC 3's (holes and a bad column that moves every exposure, which leaves few
+  // trials away from masks), holes only (sparse: many trials away from masks), or none.
+  require(a.kit_masks == "standard" || a.kit_masks == "sparse" || a.kit_masks == "none",
+          "--kit-masks must be standard, sparse or none, got '" + a.kit_masks + "'");
+  kit.masked_holes = a.kit_masks != "none";
+  kit.bad_column = a.kit_masks == "standard";
   kit.shift_mode = a.shift_mode == "integer" ? ShiftMode::integer : ShiftMode::fractional;
 
   if (a.fractional_study) {
@@ -143,6 +222,12 @@ void run(const ValidateArgs& a) {
   o.matched_z = a.matched_z;
   o.near_mask_fwhm = a.near_fwhm;
   o.null_window = a.null_window;
+  require(a.placement == "random" || a.placement == "away",
+          "--null-window-placement must be random or away, got '" + a.placement + "'");
+  o.null_window_placement = a.placement == "away" ? NullWindowPlacement::away : NullWindowPlacement::random;
+  o.first_pair = a.first_pair;
+  if (a.no_completeness) o.completeness_snr.clear();
+  o.concurrent = !a.sequential;
   o.verbose = a.verbose;
   validate(o);
   // "gpu" and "all" stand for every available GPU engine / every available engine.
@@ -171,31 +256,31 @@ void run(const ValidateArgs& a) {
                               a.shift_mode + " --pairs " + std::to_string(a.pairs) + " --seed " +
                               std::to_string(a.seed) +
                               (a.null_window > 0 ? " --null-window " + std::to_string(a.null_window) : "") +
+                              (a.placement != "random" ? " --null-window-placement " + a.placement : "") +
+                              (a.kit_masks != "standard" ? " --kit-masks " + a.kit_masks : "") +
+                              (a.first_pair > 0 ? " --first-pair " + std::to_string(a.first_pair) : "") +
+                              (a.no_completeness ? " --no-completeness" : "") +
                               (a.width > 0 ? " --width " + std::to_string(a.width) : "") +
                               (a.height > 0 ? " --height " + std::to_string(a.height) : "") +
                               (a.exposures > 0 ? " --exposures " + std::to_string(a.exposures) : "") +
                               (a.velocities > 0 ? " --velocities " + std::to_string(a.velocities) : "");
 
-  std::vector<std::string> skipped;
-  const std::vector<ValidationReport> reports = run_validation_set(o, methods, &skipped);
+  const ValidationRecords records = collect_validation_records(o, methods);
   std::vector<QuantizationRow> quantization;
   if (!a.skip_quantization) quantization = quantization_table(a.quantization_samples, 8, a.seed, kit);
   const Provenance p = provenance(a, command);
-  for (const auto& report : reports) {
-    std::cout << format_table(report) << "\n";
-    if (a.out.empty()) continue;
-    // Fractional runs get their own folders beside the integer ones.
-    const std::string folder = a.out + "/" + report.options.engine + "-" + to_string(report.options.encoding) +
-                               (kit.shift_mode == ShiftMode::fractional ? "-fractional" : "");
-    ensure_folder(folder);
-    write_text(folder + "/report.json", to_json(report, quantization, p));
-    write_text(folder + "/report.txt", format_table(report) + (quantization.empty() ? "" : format_table(quantization)));
-    write_plots(report, p, folder);
-    std::cerr << "wrote " << folder << "/report.json, report.txt, retention.svg, null_variance.svg, excursions.svg, "
-                 "completeness.svg\n";
+  if (!a.save_records.empty()) {
+    const std::filesystem::path folder = std::filesystem::path(a.save_records).parent_path();
+    if (!folder.empty()) ensure_folder(folder.string());
+    write_text(a.save_records, to_json(records, quantization, p));
+    std::cerr << "wrote " << a.save_records << " (raw records of pairs " << o.first_pair << ".."
+              << o.first_pair + o.pairs - 1 << ")\n";
+    if (a.out.empty()) {
+      for (const auto& line : records.skipped) std::cout << "not supported, skipped: " << line << "\n";
+      return;
+    }
   }
-  if (!quantization.empty()) std::cout << format_table(quantization);
-  for (const auto& line : skipped) std::cout << "not supported, skipped: " << line << "\n";
+  write_reports(validation_reports(records), quantization, p, a.out, records.skipped);
 }
 
 }  // namespace
@@ -236,6 +321,24 @@ void add_validate_command(CLI::App& app) {
   cmd->add_option("--null-window", args->null_window,
                   "null bank = origins in a random square of this side per cube (0 = whole image)")
       ->capture_default_str();
+  cmd->add_option("--null-window-placement", args->placement,
+                  "random, or away: each cube's window where the most trials lie away from masks (chosen from the "
+                  "masks alone, not the noise)")
+      ->capture_default_str();
+  cmd->add_option("--kit-masks", args->kit_masks,
+                  "standard (SPEC 3: holes and a moving bad column), sparse (holes only), or none")
+      ->capture_default_str();
+  cmd->add_option("--first-pair", args->first_pair,
+                  "index of the first pair (kit seed = --seed + index): runs over pair ranges merge exactly")
+      ->capture_default_str();
+  cmd->add_flag("--no-completeness", args->no_completeness, "skip the completeness cubes (null calibration runs)");
+  cmd->add_flag("--sequential", args->sequential,
+                "one method at a time, no overlap of cube making and searches (same numbers, slower)");
+  cmd->add_option("--save-records", args->save_records,
+                  "write the raw per-pair observations to this JSON file (reports too if --out is given); with "
+                  "--merge, the merged records");
+  cmd->add_option("--merge", args->merge,
+                  "instead: merge records files of the same set-up over adjoining pair ranges into reports (--out)");
   cmd->add_option("--card", args->card, "hardware name for the report (default: the CPU model for CPU engines)");
   cmd->add_option("--commit", args->commit, "source revision for the report (default: git describe)");
   cmd->add_option("--quantization-samples", args->quantization_samples,

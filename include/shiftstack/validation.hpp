@@ -17,6 +17,14 @@ namespace shiftstack {
 
 // ---- options ------------------------------------------------------------------------------
 
+// Where each cube's null window sits.
+enum class NullWindowPlacement {
+  random,  // uniformly at random (seeded per pair)
+  // The window holding the most trials away from masks (ties: lowest y, then x). Chosen from the
+  // mask geometry, PSFs and bank alone, never from the noise, so it cannot bias Z.
+  away,
+};
+
 struct ValidationOptions {
   std::string engine = "reference";
   Encoding encoding = Encoding::fp32;
@@ -46,6 +54,13 @@ struct ValidationOptions {
   // uniformly at random in each cube (same square for every method), or the whole image when 0.
   // A window keeps the all-trials candidate lists small when many pairs and methods are run.
   int null_window = 0;
+  NullWindowPlacement null_window_placement = NullWindowPlacement::random;
+  // The pairs are j = first_pair .. first_pair + pairs - 1 (kit seed seed + j): a run split into
+  // pair ranges (several processes or machines) merges into exactly the whole run's numbers.
+  int first_pair = 0;
+  // Search one cube with every method at once (a host thread per method) and make the next
+  // pair's cubes while this pair is searched. The numbers do not depend on it.
+  bool concurrent = true;
   bool verbose = false;  // one progress line per pair on stderr
 };
 void validate(const ValidationOptions& options);  // throws Error for bad values
@@ -100,6 +115,13 @@ struct MethodResult {
   double seconds = 0;        // wall time of this method's searches
 };
 
+// Host time of the cube preparation, summed over pairs (seconds; overlaps the searches when
+// ValidationOptions::concurrent).
+struct ValidationTimings {
+  double kits = 0, likelihood = 0, encode = 0, near_flags = 0;
+  double wall = 0;  // the whole run
+};
+
 struct ValidationReport {
   ValidationOptions options;
   std::int64_t trials_per_cube = 0;  // M = origins x velocities
@@ -110,20 +132,70 @@ struct ValidationReport {
   double retention = 0;              // effective SNR of method / baseline
   Interval retention_interval;       // paired bootstrap 95% (percentile) over pairs
   double seconds = 0;
+  ValidationTimings timings;         // where the run's time went (shared by all its methods)
 };
 
 // Runs the validation of options.engine x options.encoding. Errors: unknown engine, an engine
 // that cannot compute the input, bad options. Progress on stderr when options.verbose.
 ValidationReport run_validation(const ValidationOptions& options);
 
-// Several methods on the same cubes against one baseline run (the cubes, likelihood maps and
-// encodings are made once per pair and shared). options.engine/encoding are ignored; each
-// report's options name its method. Methods whose engine cannot compute the input (its
-// unsupported_reason) are left out and listed in `skipped` as "engine encoding: reason".
+// ---- raw per-pair observations (runs split over pair ranges merge exactly) -------------------
+
+// Sums of null Z over the trials of one class (near masks, away, all) in one cube.
+struct ClassSums {
+  double n = 0, sum = 0, sum2 = 0;
+  std::vector<double> above;  // per excursion threshold: trials with Z > z
+  void add(double z, const std::vector<double>& thresholds) {
+    n += 1;
+    sum += z;
+    sum2 += z * z;
+    for (std::size_t i = 0; i < thresholds.size(); ++i)
+      if (z > thresholds[i]) above[i] += 1;
+  }
+};
+
+// What one method saw on one pair: everything the reports are computed from.
+struct PairObservation {
+  double z_null = 0, z_inj = 0;    // at the injected trajectory
+  ClassSums near, away, all;       // the null bank
+  std::vector<float> high_z;       // null Z above matched_z - 1 (threshold matching)
+  std::vector<double> level_max;  // per completeness SNR: max Z over the detection neighbourhood
+};
+
 struct MethodSpec {
   std::string engine;
   Encoding encoding = Encoding::fp32;
 };
+
+struct ValidationRecords {
+  ValidationOptions options;             // first_pair and pairs: the pair range held
+  std::vector<MethodSpec> runs;          // runs[0] is the baseline (fp32), then each distinct method
+  std::vector<MethodSpec> methods;       // the accepted methods, in the order asked
+  std::vector<std::size_t> method_run;   // methods[m] is runs[method_run[m]]
+  std::vector<std::string> skipped;      // "engine encoding: reason"
+  std::vector<double> thresholds;        // excursion z, then the Bonferroni threshold
+  std::vector<std::string> labels;
+  std::int64_t trials_per_cube = 0;
+  double bonferroni_z = 0;
+  std::vector<std::int64_t> null_origins;                  // per pair
+  std::vector<std::vector<PairObservation>> observations;  // [run][pair]
+  std::vector<double> run_seconds;                          // per run: wall time of its searches
+  ValidationTimings timings;
+};
+
+// Makes the cubes and runs every method (the baseline once); methods an engine cannot compute
+// go to `skipped`. Error when none can.
+ValidationRecords collect_validation_records(const ValidationOptions& options, const std::vector<MethodSpec>& methods);
+// One report per accepted method.
+std::vector<ValidationReport> validation_reports(const ValidationRecords& records);
+// Joins runs of the same set-up over disjoint pair ranges that together form one range; Error
+// when the set-ups differ or the ranges overlap or leave a gap.
+ValidationRecords merge_validation_records(const std::vector<ValidationRecords>& parts);
+
+// Several methods on the same cubes against one baseline run (the cubes, likelihood maps and
+// encodings are made once per pair and shared). options.engine/encoding are ignored; each
+// report's options name its method. Methods whose engine cannot compute the input (its
+// unsupported_reason) are left out and listed in `skipped` as "engine encoding: reason".
 std::vector<ValidationReport> run_validation_set(const ValidationOptions& options,
                                                  const std::vector<MethodSpec>& methods,
                                                  std::vector<std::string>* skipped = nullptr);
@@ -182,6 +254,10 @@ struct FractionalPoint {
   double fourier_edge_ratio_mean = 0, fourier_edge_ratio_max = 0;
   std::int64_t fourier_edge_samples = 0;
   int fourier_grid_x = 0, fourier_grid_y = 0;  // odd periodic grid lengths used
+  // The same planes through the Fourier route (band spectrum of psi, exact information spectrum
+  // on the doubled band, separable phase tables, fold onto the grid; first cube of each sigma):
+  // largest difference from the direct evaluation, |dA| / sqrt(B), |dB| / B, |d naive B| / B.
+  double fourier_spectral_difference = 0;
   // Largest |B_engine / B_recomputed - 1| over all trials: this code's own evaluation of the
   // exact quadratic form, an independent check of the engine's B.
   double max_relative_b_difference = 0;
@@ -208,6 +284,11 @@ struct Provenance {
 std::string to_json(const ValidationReport& report, const std::vector<QuantizationRow>& quantization,
                     const Provenance& provenance);
 std::string to_json(const FractionalReport& report, const Provenance& provenance);
+// Raw records (with the quantization rows, if any, and where they were made), and back.
+std::string to_json(const ValidationRecords& records, const std::vector<QuantizationRow>& quantization,
+                    const Provenance& provenance);
+ValidationRecords records_from_json(const std::string& text, std::vector<QuantizationRow>* quantization = nullptr,
+                                    Provenance* provenance = nullptr);
 std::string format_table(const ValidationReport& report);
 std::string format_table(const std::vector<QuantizationRow>& rows);
 std::string format_table(const FractionalReport& report);

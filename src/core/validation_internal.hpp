@@ -27,18 +27,12 @@ double psf_sigma(const Image<float>& psf);
 std::vector<std::uint8_t> near_mask_flags(const ExposureStack& stack, const MotionBank& bank,
                                           double near_mask_fwhm, Region region = {});
 
-// Sums of Z over the trials of one class in one cube.
-struct ClassSums {
-  double n = 0, sum = 0, sum2 = 0;
-  std::vector<double> above;  // per excursion threshold: trials with Z > z
-  void add(double z, const std::vector<double>& thresholds) {
-    n += 1;
-    sum += z;
-    sum2 += z * z;
-    for (std::size_t i = 0; i < thresholds.size(); ++i)
-      if (z > thresholds[i]) above[i] += 1;
-  }
-};
+using shiftstack::ClassSums;  // public: per-pair records carry them
+
+// Whole-image near-mask flags reduced to one null window: the window of side `side` (clipped to
+// the image) with the most trials away from masks, ties to the lowest y, then x.
+Region window_away_from_masks(const std::vector<std::uint8_t>& whole_image_flags, int width, int height,
+                              std::size_t velocities, int side);
 
 // Variance about the mean from pooled sums (n - 1 in the denominator).
 double pooled_variance(double n, double sum, double sum2);
@@ -69,5 +63,19 @@ BandLimitedPlanes band_limited_planes(const ExposureStack& stack, const Likeliho
                                       const BandLimitedGrid& grid);
 // The periodic interpolation kernel of an odd grid of n points (Dirichlet kernel).
 double dirichlet(double t, int n);
+
+// The same planes for every velocity through the Fourier route (SPEC 6's contraction shape),
+// as a GPU engine would compute them: per exposure the spectrum of psi on the grid's band K
+// (|k| <= (n - 1) / 2 per axis) and the exact information spectrum on the doubled band K2
+// (|k| <= n - 1): the variance map Q_e(y) = sum_r w(r) G_x(r_x; y_x)^2 G_y(r_y; y_y)^2 of the
+// interpolated psi is band-limited to K2 (squaring doubles the bandwidth), its spectrum is
+// W_e(k) = sum_r g2_x[r_x](k_x) w(r) g2_y[r_y](k_y) with g2 the spectra of the squared,
+// shifted PSF factors G^2 (sampled at half pixels, which resolves K2 exactly). Per velocity,
+// Ahat(k) = sum_e a_e px_e(k_x) psihat_e(k) py_e(k_y) and Bhat(k) = sum_e a_e^2 px_e(k_x) W_e(k)
+// py_e(k_y) with the phase tables p_e(k) = exp(2 pi i k s_e / n) of the fractional shifts (a
+// separable product with the spectrum as the diagonal); Bhat is folded onto K (integer origins
+// cannot tell k from k +- n) and both are transformed back on the n grid. Separable PSFs only.
+std::vector<BandLimitedPlanes> band_limited_spectral_planes(const ExposureStack& stack, const LikelihoodStack& maps,
+                                                            const MotionBank& bank, const BandLimitedGrid& grid);
 
 }  // namespace shiftstack::validation_detail

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -28,6 +29,22 @@ std::string format(const char* pattern, double v) {
 
 std::string shift_mode_name(ShiftMode m) { return m == ShiftMode::integer ? "integer" : "fractional"; }
 
+std::string placement_name(NullWindowPlacement p) { return p == NullWindowPlacement::away ? "away" : "random"; }
+
+// The kit's mask layout in words: SPEC 3's holes plus moving bad column, or a variant.
+std::string mask_layout(const KitOptions& k) {
+  if (k.masked_holes && k.bad_column) return "holes + moving bad column";
+  if (k.masked_holes) return "holes only (sparse)";
+  if (k.bad_column) return "moving bad column only";
+  return "none";
+}
+
+json timings_json(const ValidationTimings& t) {
+  return {{"wall", t.wall},
+          {"host_cube_making_summed_over_pairs",
+           {{"kits", t.kits}, {"likelihood_maps", t.likelihood}, {"near_mask_flags", t.near_flags}, {"encodings", t.encode}}}};
+}
+
 json kit_json(const KitOptions& k) {
   return {{"workload", k.name},
           {"exposures", k.exposures},
@@ -41,6 +58,7 @@ json kit_json(const KitOptions& k) {
           {"injected_snr", k.injected_snr},
           {"masked_holes", k.masked_holes},
           {"bad_column", k.bad_column},
+          {"mask_layout", mask_layout(k)},
           {"varying_variance", k.varying_variance},
           {"variable_seeing", k.variable_seeing}};
 }
@@ -140,7 +158,9 @@ std::string to_json(const ValidationReport& r, const std::vector<QuantizationRow
         {"completeness_snr", o.completeness_snr},
         {"matched_z", o.matched_z},
         {"neighbourhood", o.neighbourhood},
-        {"null_window", o.null_window}}},
+        {"null_window", o.null_window},
+        {"null_window_placement", placement_name(o.null_window_placement)},
+        {"first_pair", o.first_pair}}},
       {"definitions",
        {{"effective_snr", "mean over pairs of (Z_inj - Z_null) at the injected trajectory / sd of Z over the null bank"},
         {"retention", "effective SNR of the method / that of the baseline (FP32 exact gather) on the same cubes"},
@@ -160,7 +180,8 @@ std::string to_json(const ValidationReport& r, const std::vector<QuantizationRow
       {"method", method_json(r.method)},
       {"baseline", method_json(r.baseline)},
       {"quantization", quant},
-      {"seconds", r.seconds}};
+      {"seconds", r.seconds},
+      {"timings", timings_json(r.timings)}};
   return j.dump(2) + "\n";
 }
 
@@ -180,6 +201,7 @@ std::string to_json(const FractionalReport& r, const Provenance& provenance) {
           {"exact", {{"near_masks", var(p.fourier_near)}, {"away_from_masks", var(p.fourier_away)}}},
           {"naive_phi_shifted", {{"near_masks", var(p.fourier_naive_near)}, {"away_from_masks", var(p.fourier_naive_away)}}},
           {"naive_unscored_trials", p.fourier_naive_unscored},
+          {"fourier_route_max_difference_from_direct", p.fourier_spectral_difference},
           {"mask_edge_samples", {{"count", p.fourier_edge_samples},
                                  {"mean_exact_over_naive_B", p.fourier_edge_ratio_mean},
                                  {"max_exact_over_naive_B", p.fourier_edge_ratio_max}}}};
@@ -204,6 +226,12 @@ std::string to_json(const FractionalReport& r, const Provenance& provenance) {
                          "spectrum spans twice the bandwidth of psi), computed as a separable quadratic form; naive B "
                          "= phi interpolated with the same kernel. Not the GPU Fourier engine."
                        : "not run (FractionalOptions::fourier off)"},
+              {"fourier_route_max_difference_from_direct",
+               "the same planes computed as a Fourier route would (spectrum of psi on the band |k| <= (n-1)/2, "
+               "information spectrum sum_r w(r) g2x[rx](kx) g2y[ry](ky) on the doubled band |k| <= n-1 from the "
+               "squared shifted PSF factors sampled at half pixels, per-exposure phase tables exp(2 pi i k s / n), "
+               "fold of the doubled band onto the grid, inverse transform), first cube of each sigma: max over "
+               "trials of |dA|/sqrt(B), |dB|/B and |d naive B|/B against the direct evaluation"},
               {"chapter_naive_fourier_reference", {{"0.55", 1.31}, {"0.65", 1.17}, {"0.85", 1.04}}}}},
             {"points", points},
             {"seconds", r.seconds}};
@@ -221,6 +249,13 @@ std::string format_table(const ValidationReport& r) {
                 o.kit.exposures, o.kit.width, o.kit.height, o.kit.vx_count, o.kit.vy_count,
                 shift_mode_name(o.kit.shift_mode).c_str(), o.pairs, (long long)r.trials_per_cube,
                 (long long)r.null_trials_per_cube);
+  s << line;
+  std::snprintf(line, sizeof line, "  masks: %s; null window: %s; pairs %d..%d (kit seeds %llu..%llu)\n",
+                mask_layout(o.kit).c_str(),
+                o.null_window > 0 ? (std::to_string(o.null_window) + " px, placed " + placement_name(o.null_window_placement)).c_str()
+                                  : "whole image",
+                o.first_pair, o.first_pair + o.pairs - 1, (unsigned long long)(o.seed + o.first_pair),
+                (unsigned long long)(o.seed + o.first_pair + o.pairs - 1));
   s << line;
   std::snprintf(line, sizeof line, "  effective SNR     method %.5f (mean d %.5f / sd %.5f)   baseline %.5f\n",
                 r.method.effective_snr, r.method.mean_d, r.method.sd_null, r.baseline.effective_snr);
@@ -267,7 +302,10 @@ std::string format_table(const ValidationReport& r) {
                   m.fraction, b.detected, b.injected, b.fraction);
     s << line;
   }
-  std::snprintf(line, sizeof line, "  time %.1f s (method searches %.1f s)\n", r.seconds, r.method.seconds);
+  std::snprintf(line, sizeof line,
+                "  time %.1f s (method searches %.1f s; cube making, host threads summed: kits %.1f s, maps %.1f s, "
+                "near flags %.1f s, encodings %.1f s)\n",
+                r.seconds, r.method.seconds, r.timings.kits, r.timings.likelihood, r.timings.near_flags, r.timings.encode);
   s << line;
   return s.str();
 }
@@ -321,6 +359,11 @@ std::string format_table(const FractionalReport& r) {
       s << line;
     }
     s << "  (the chapter's naive Fourier figures at a mask boundary: 1.31, 1.17, 1.04 at sigma 0.55, 0.65, 0.85)\n";
+    s << "  Fourier route (band spectrum of psi, exact information spectrum on the doubled band, separable phase\n"
+         "  tables, fold onto the grid) against the direct evaluation, first cube of each sigma, max of |dA|/sqrt(B),\n"
+         "  |dB|/B, |d naive B|/B:";
+    for (const auto& p : r.points) s << format(" %.1e", p.fourier_spectral_difference);
+    s << "\n";
   } else {
     s << "  band-limited (Fourier-shift) route: not run\n";
   }
@@ -417,7 +460,7 @@ std::vector<std::string> write_plots(const ValidationReport& r, const Provenance
     svg::write(p, folder + "/excursions.svg");
     written.push_back(folder + "/excursions.svg");
   }
-  {
+  if (!r.method.completeness.empty()) {
     svg::Plot p;
     p.title = "Completeness at matched false-alarm rate (" + std::to_string(r.baseline.matched_false_alarms) +
               " null trials above threshold)";
@@ -515,6 +558,8 @@ std::string summarize_reports(const std::vector<std::string>& files, const std::
     Row r;
     r.name = m["engine"].get<std::string>() + " " + m["encoding"].get<std::string>();
     if (j["options"]["kit"].value("shift_mode", "integer") == "fractional") r.name += " frac";
+    if (!j["options"]["kit"].value("bad_column", true)) r.name += " sparse";
+    if (j["options"].value("null_window_placement", "random") == "away") r.name += " away-win";
     r.retention = value_or_nan(j["retention"]["value"]);
     r.low = value_or_nan(j["retention"]["interval_95"][0]);
     r.high = value_or_nan(j["retention"]["interval_95"][1]);
@@ -529,9 +574,9 @@ std::string summarize_reports(const std::vector<std::string>& files, const std::
   }
   std::ostringstream s;
   char line[512];
-  s << "method                       pairs  eff. SNR   retention [95% interval]          var Z near        var Z away        card / commit / date\n";
+  s << "method                               pairs  eff. SNR   retention [95% interval]          var Z near        var Z away        card / commit / date\n";
   for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "%-28s %5d  %8.5f  %.6f [%.6f, %.6f]  %.4f +- %.4f  %.4f +- %.4f  %s / %s / %s\n",
+    std::snprintf(line, sizeof line, "%-36s %5d  %8.5f  %.6f [%.6f, %.6f]  %.4f +- %.4f  %.4f +- %.4f  %s / %s / %s\n",
                   r.name.c_str(), r.pairs, r.snr, r.retention, r.low, r.high, r.near, r.near_se, r.away, r.away_se,
                   r.provenance.card.c_str(), r.provenance.commit.c_str(), r.provenance.date.c_str());
     s << line;
@@ -596,6 +641,232 @@ std::string summarize_reports(const std::vector<std::string>& files, const std::
     svg::write(p, folder + "/summary_null_variance.svg");
   }
   return s.str();
+}
+
+// ---- raw records ---------------------------------------------------------------------------
+
+namespace {
+
+json full_kit_json(const KitOptions& k) {
+  return {{"name", k.name},
+          {"exposures", k.exposures},
+          {"width", k.width},
+          {"height", k.height},
+          {"vx_count", k.vx_count},
+          {"vy_count", k.vy_count},
+          {"velocity_displacement", k.velocity_displacement},
+          {"curve_amplitude", k.curve_amplitude},
+          {"span_days", k.span_days},
+          {"seed", k.seed},
+          {"shift_mode", shift_mode_name(k.shift_mode)},
+          {"varying_variance", k.varying_variance},
+          {"masked_holes", k.masked_holes},
+          {"bad_column", k.bad_column},
+          {"variable_seeing", k.variable_seeing},
+          {"irregular_epochs", k.irregular_epochs},
+          {"common_curve", k.common_curve},
+          {"inject", k.inject},
+          {"noise", k.noise},
+          {"psf_sigma_min", k.psf_sigma_min},
+          {"psf_sigma_max", k.psf_sigma_max},
+          {"injected_snr", k.injected_snr}};
+}
+
+KitOptions kit_from_json(const json& j) {
+  KitOptions k;
+  k.name = j.at("name").get<std::string>();
+  k.exposures = j.at("exposures").get<int>();
+  k.width = j.at("width").get<int>();
+  k.height = j.at("height").get<int>();
+  k.vx_count = j.at("vx_count").get<int>();
+  k.vy_count = j.at("vy_count").get<int>();
+  k.velocity_displacement = j.at("velocity_displacement").get<double>();
+  k.curve_amplitude = j.at("curve_amplitude").get<double>();
+  k.span_days = j.at("span_days").get<double>();
+  k.seed = j.at("seed").get<std::uint64_t>();
+  k.shift_mode = j.at("shift_mode").get<std::string>() == "fractional" ? ShiftMode::fractional : ShiftMode::integer;
+  k.varying_variance = j.at("varying_variance").get<bool>();
+  k.masked_holes = j.at("masked_holes").get<bool>();
+  k.bad_column = j.at("bad_column").get<bool>();
+  k.variable_seeing = j.at("variable_seeing").get<bool>();
+  k.irregular_epochs = j.at("irregular_epochs").get<bool>();
+  k.common_curve = j.at("common_curve").get<bool>();
+  k.inject = j.at("inject").get<bool>();
+  k.noise = j.at("noise").get<bool>();
+  k.psf_sigma_min = j.at("psf_sigma_min").get<double>();
+  k.psf_sigma_max = j.at("psf_sigma_max").get<double>();
+  k.injected_snr = j.at("injected_snr").get<double>();
+  return k;
+}
+
+json methods_json(const std::vector<MethodSpec>& methods) {
+  json a = json::array();
+  for (const auto& m : methods) a.push_back({m.engine, to_string(m.encoding)});
+  return a;
+}
+
+std::vector<MethodSpec> methods_from_json(const json& a) {
+  std::vector<MethodSpec> out;
+  for (const auto& m : a) out.push_back({m.at(0).get<std::string>(), parse_encoding(m.at(1).get<std::string>())});
+  return out;
+}
+
+// Doubles that may be +-inf or NaN (a neighbourhood without a scored trial): JSON has no such
+// numbers, so they travel as strings.
+json exact_number(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+double exact_number_from(const json& j) {
+  if (j.is_number()) return j.get<double>();
+  const std::string s = j.get<std::string>();
+  if (s == "inf") return std::numeric_limits<double>::infinity();
+  if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+// One class's sums as [n, sum, sum2, above...].
+json sums_json(const ClassSums& c) {
+  json a = {c.n, c.sum, c.sum2};
+  for (double x : c.above) a.push_back(x);
+  return a;
+}
+ClassSums sums_from_json(const json& a) {
+  ClassSums c;
+  c.n = a.at(0).get<double>(), c.sum = a.at(1).get<double>(), c.sum2 = a.at(2).get<double>();
+  for (std::size_t i = 3; i < a.size(); ++i) c.above.push_back(a[i].get<double>());
+  return c;
+}
+
+}  // namespace
+
+std::string to_json(const ValidationRecords& r, const std::vector<QuantizationRow>& quantization,
+                    const Provenance& provenance) {
+  const ValidationOptions& o = r.options;
+  json quant = json::array();
+  for (const auto& q : quantization)
+    quant.push_back({q.name, q.formula, q.step_sigmas, q.predicted, q.measured, q.measured_se});
+  json observations = json::array();
+  for (const auto& run : r.observations) {
+    json pairs = json::array();
+    for (const auto& x : run) {
+      json levels = json::array();
+      for (double v : x.level_max) levels.push_back(exact_number(v));
+      pairs.push_back({exact_number(x.z_null), exact_number(x.z_inj), sums_json(x.near), sums_json(x.away),
+                       sums_json(x.all), x.high_z, levels});
+    }
+    observations.push_back(pairs);
+  }
+  json j = {
+      {"kind", "shiftstack validation records"},
+      {"provenance", provenance_json(provenance)},
+      {"layout", "observations[run][pair] = [z_null, z_inj, near, away, all, high_z, level_max]; near/away/all = "
+                 "[n, sum Z, sum Z^2, count above each threshold]"},
+      {"options",
+       {{"baseline_engine", o.baseline_engine},
+        {"kit", full_kit_json(o.kit)},
+        {"pairs", o.pairs},
+        {"first_pair", o.first_pair},
+        {"seed", o.seed},
+        {"alpha", o.alpha},
+        {"excursion_z", o.excursion_z},
+        {"near_mask_fwhm", o.near_mask_fwhm},
+        {"bootstrap_resamples", o.bootstrap_resamples},
+        {"bootstrap_seed", o.bootstrap_seed},
+        {"completeness_snr", o.completeness_snr},
+        {"matched_z", o.matched_z},
+        {"neighbourhood", o.neighbourhood},
+        {"null_window", o.null_window},
+        {"null_window_placement", placement_name(o.null_window_placement)}}},
+      {"runs", methods_json(r.runs)},
+      {"methods", methods_json(r.methods)},
+      {"method_run", r.method_run},
+      {"skipped", r.skipped},
+      {"thresholds", r.thresholds},
+      {"labels", r.labels},
+      {"trials_per_cube", r.trials_per_cube},
+      {"bonferroni_z", r.bonferroni_z},
+      {"null_origins", r.null_origins},
+      {"run_seconds", r.run_seconds},
+      {"timings", {r.timings.kits, r.timings.likelihood, r.timings.encode, r.timings.near_flags, r.timings.wall}},
+      {"quantization", quant},
+      {"observations", observations}};
+  return j.dump() + "\n";
+}
+
+ValidationRecords records_from_json(const std::string& text, std::vector<QuantizationRow>* quantization,
+                                    Provenance* provenance) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    throw Error(std::string("validation records: not JSON: ") + e.what());
+  }
+  require(j.value("kind", "") == "shiftstack validation records", "validation records: not a records file");
+  try {
+    ValidationRecords r;
+    ValidationOptions& o = r.options;
+    const json& jo = j.at("options");
+    o.baseline_engine = jo.at("baseline_engine").get<std::string>();
+    o.kit = kit_from_json(jo.at("kit"));
+    o.pairs = jo.at("pairs").get<int>();
+    o.first_pair = jo.at("first_pair").get<int>();
+    o.seed = jo.at("seed").get<std::uint64_t>();
+    o.alpha = jo.at("alpha").get<double>();
+    o.excursion_z = jo.at("excursion_z").get<std::vector<double>>();
+    o.near_mask_fwhm = jo.at("near_mask_fwhm").get<double>();
+    o.bootstrap_resamples = jo.at("bootstrap_resamples").get<int>();
+    o.bootstrap_seed = jo.at("bootstrap_seed").get<std::uint64_t>();
+    o.completeness_snr = jo.at("completeness_snr").get<std::vector<double>>();
+    o.matched_z = jo.at("matched_z").get<double>();
+    o.neighbourhood = jo.at("neighbourhood").get<int>();
+    o.null_window = jo.at("null_window").get<int>();
+    o.null_window_placement =
+        jo.at("null_window_placement").get<std::string>() == "away" ? NullWindowPlacement::away : NullWindowPlacement::random;
+    r.runs = methods_from_json(j.at("runs"));
+    r.methods = methods_from_json(j.at("methods"));
+    r.method_run = j.at("method_run").get<std::vector<std::size_t>>();
+    r.skipped = j.at("skipped").get<std::vector<std::string>>();
+    r.thresholds = j.at("thresholds").get<std::vector<double>>();
+    r.labels = j.at("labels").get<std::vector<std::string>>();
+    r.trials_per_cube = j.at("trials_per_cube").get<std::int64_t>();
+    r.bonferroni_z = j.at("bonferroni_z").get<double>();
+    r.null_origins = j.at("null_origins").get<std::vector<std::int64_t>>();
+    r.run_seconds = j.at("run_seconds").get<std::vector<double>>();
+    const json& t = j.at("timings");
+    r.timings = {t.at(0).get<double>(), t.at(1).get<double>(), t.at(2).get<double>(), t.at(3).get<double>(),
+                 t.at(4).get<double>()};
+    for (const auto& run : j.at("observations")) {
+      std::vector<PairObservation> pairs;
+      for (const auto& x : run) {
+        PairObservation p;
+        p.z_null = exact_number_from(x.at(0));
+        p.z_inj = exact_number_from(x.at(1));
+        p.near = sums_from_json(x.at(2));
+        p.away = sums_from_json(x.at(3));
+        p.all = sums_from_json(x.at(4));
+        p.high_z = x.at(5).get<std::vector<float>>();
+        for (const auto& v : x.at(6)) p.level_max.push_back(exact_number_from(v));
+        pairs.push_back(std::move(p));
+      }
+      r.observations.push_back(std::move(pairs));
+    }
+    require(r.observations.size() == r.runs.size() && r.run_seconds.size() == r.runs.size() &&
+                int(r.null_origins.size()) == o.pairs,
+            "validation records: run and pair counts do not match");
+    for (const auto& run : r.observations)
+      require(int(run.size()) == o.pairs, "validation records: a run holds another number of pairs");
+    if (quantization) {
+      quantization->clear();
+      for (const auto& q : j.at("quantization"))
+        quantization->push_back({q.at(0).get<std::string>(), q.at(1).get<std::string>(), q.at(2).get<double>(),
+                                 q.at(3).get<double>(), q.at(4).get<double>(), q.at(5).get<double>()});
+    }
+    if (provenance) *provenance = provenance_of(j);
+    return r;
+  } catch (const json::exception& e) {
+    throw Error(std::string("validation records: missing or malformed field: ") + e.what());
+  }
 }
 
 }  // namespace shiftstack
