@@ -28,19 +28,16 @@
 #include "cuda/check.cuh"
 #include "cuda/gather_driver.cuh"
 #include "cuda/gather_fast.hpp"
+#include "cuda/gather_fast_common.cuh"
 #include "cuda/velocity_packets.cuh"
-#include "cuda/warp_mma.cuh"
 #include "cuda/gather_engines.hpp"
 #include "engine_registry.hpp"
 
 namespace shiftstack {
 
 namespace cuda {
+using namespace fast_gather;
 namespace {
-
-constexpr int warp_size = 32;      // origins along x per block: one warp row, conflict-free reads
-constexpr int prefetch_slots = 8;  // staged pixels in flight per thread per chunk (registers)
-constexpr int max_chunk = 8;       // exposures staged together (one barrier per chunk)
 
 template <StorageCode S>
 struct RawPair;
@@ -64,22 +61,6 @@ __device__ inline typename RawPair<S>::type no_data() {
   else if constexpr (S == StorageCode::fp16) return 0u;  // phi = +0
   else return static_cast<unsigned short>(0x0080u);      // psi code -128, phi code 0
 }
-
-struct FastParams {
-  StackView view;
-  PacketTables t;
-  ScanOutputs out;
-  int groups;
-  int chunk;         // exposures per stage (<= max_chunk)
-  int window_rows;   // rows reserved per staged exposure (the largest over packets)
-  int window_elems;  // pairs per staged exposure window (rows x pitch, padded to 64)
-  // Tensor-core variant: exposures interleaved by groups of four (see below).
-  const uint4* grouped = nullptr;
-  int exposure_groups = 0;                                       // ceil(E / 4)
-  const int* group_x_min = nullptr;                              // [x run * groups + group]
-  const int* group_y_min = nullptr;                              // [y run * groups + group]
-  int copy_width = 0;                                            // window pixels copied per row
-};
 
 // One staged pixel, unweighted: the raw fp16 pair or the int8 codes in half precision (exact),
 // or decoded floats. Invalid samples become (0, 0), so every sum adds weight x value blindly.
@@ -337,339 +318,6 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
   write_block_digest(out, digest, key, scratch);
 }
 
-// ---- Tensor-core variant: conversion-free FP32 sums of half-staged pairs ----------------------
-//
-// The sums over exposures run on the tensor cores as m16n8k16 products, D += A x B, with the
-// staged (psi, phi) half2 pairs as A and the exposures' weights as B. Row m of A holds two trials
-// of one velocity and one origin row: origin x = m (the first 8 k, "P") and x = m + 16 (the last
-// 8 k, "Q"), each as four exposures x (psi, phi). So the half2 pair that one shared-memory load
-// brings is exactly one A register, and no instruction converts or multiplies it. B routes each
-// k to its column: (P psi, P phi, Q psi, Q phi) with the high halves of the weights in columns 0-3
-// and the residual low halves in 4-7, so weight x value keeps ~22 bits (the products of two halves
-// are exact in the FP32 accumulators). The weights are scaled by powers of two into half range.
-// Lane (g, t) = (lane / 4, lane % 4) reads exposure t of the group of four for origins g, g+8,
-// g+16, g+24 at one velocity: four loads from one address register, then one mma.
-//
-// Layout: the four exposures of a group are interleaved per pixel (16 bytes = 4 pairs), on the
-// device (a copy made before each scan, `interleave_groups`) and in shared memory. A lane's word
-// address is then 4 (pixel) + t, so the 8 lanes of each t fall in banks = t mod 4: the loads are
-// free of bank conflicts whatever the four exposures' shifts, and a window is staged with one
-// 16-byte asynchronous copy per pixel (zero-filled outside the image), no registers per pixel.
-// A group's window starts at the smallest shift of the packet over its four exposures.
-
-constexpr int mma_group = 4;  // exposures per mma (k = 16 = 2 trials x 4 exposures x 2 channels)
-
-// One stored pair as the (psi, phi) half2 the sums read: fp16 pairs as they are (invalid ones are
-// stored as (0, 0)); int8 codes as halves, which hold them exactly (the exposure's steps are the
-// weights), invalid codes as (0, 0). Exception codes never get here: the variant declines them.
-template <StorageCode S>
-__device__ inline unsigned int half_pair(const StackView& view, std::size_t index) {
-  if constexpr (S == StorageCode::fp16) {
-    return static_cast<const unsigned int*>(view.pairs)[index];
-  } else {
-    const unsigned short raw = static_cast<const unsigned short*>(view.pairs)[index];
-    const signed char psi = static_cast<signed char>(raw & 0xffu);
-    const unsigned char phi = static_cast<unsigned char>(raw >> 8);
-    if (psi == int8_codes::psi_invalid || phi == 0) return 0u;
-    return half2_bits(__floats2half2_rn(float(psi), float(phi)));
-  }
-}
-
-// pairs (exposure-major, rows padded to view.pitch) -> grouped[((q * H + y) * pitch + x)] holds
-// exposures 4q..4q+3 of pixel (x, y) as half2 pairs; zero past the last exposure.
-template <StorageCode S>
-__global__ void interleave_groups(StackView view, uint4* grouped, int groups) {
-  const std::size_t plane = std::size_t(view.rect.height) * view.pitch;
-  const std::size_t total = plane * groups;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < total;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const std::size_t q = i / plane, p = i - q * plane;
-    const int e = int(q) * mma_group;
-    uint4 v;
-    v.x = e < view.exposures ? half_pair<S>(view, std::size_t(e) * plane + p) : 0u;
-    v.y = e + 1 < view.exposures ? half_pair<S>(view, std::size_t(e + 1) * plane + p) : 0u;
-    v.z = e + 2 < view.exposures ? half_pair<S>(view, std::size_t(e + 2) * plane + p) : 0u;
-    v.w = e + 3 < view.exposures ? half_pair<S>(view, std::size_t(e + 3) * plane + p) : 0u;
-    grouped[i] = v;
-  }
-}
-
-// d += a x b (m16n8k16, FP16 operands, FP32 accumulators). Not volatile: it has no side effects,
-// and the scheduler may interleave it with the loads of the next tile.
-__device__ __forceinline__ void mma_pairs(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
-                                          std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// 16 bytes global -> shared; `bytes` < 16 zero-fills the rest (0: nothing is read).
-__device__ __forceinline__ void copy_16_or_zero(void* shared_destination, const void* global_source, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared_destination)),
-               "l"(global_source), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int pending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
-}
-
-__device__ __forceinline__ std::uint32_t lds32(const unsigned char* at) {
-  return *reinterpret_cast<const std::uint32_t*>(at);
-}
-
-// Powers of two that bring the largest weight of each channel to [2^14, 2^15): the high half then
-// keeps 11 bits and the low half the next 11, far from half overflow (65504) and subnormals.
-__device__ inline float2 weight_scales(const StackView& view, int E, unsigned int* scratch) {
-  if (threadIdx.x < 2) scratch[threadIdx.x] = 0u;
-  __syncthreads();
-  float psi_max = 0.0f, phi_max = 0.0f;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    psi_max = fmaxf(psi_max, fabsf(view.psi_weight[e]));
-    phi_max = fmaxf(phi_max, fabsf(view.phi_weight[e]));
-  }
-  // Non-negative floats order like their bit patterns.
-  atomicMax(&scratch[0], __float_as_uint(psi_max));
-  atomicMax(&scratch[1], __float_as_uint(phi_max));
-  __syncthreads();
-  auto scale = [](unsigned int bits) {
-    const float m = __uint_as_float(bits);
-    if (!(m > 0.0f) || !isfinite(m)) return 1.0f;
-    int exponent;
-    frexpf(m, &exponent);  // m = f 2^exponent, f in [0.5, 1)
-    return ldexpf(1.0f, 15 - exponent);
-  };
-  const float2 s = make_float2(scale(scratch[0]), scale(scratch[1]));
-  __syncthreads();
-  return s;
-}
-
-// The B fragment of lane (g, t) for exposure t of a group of four: weights (already scaled) routed
-// to columns as described above; zero where the exposure does not exist.
-__device__ inline uint2 weight_fragment(float psi_w, float phi_w, int g) {
-  const __half psi_hi = __float2half_rn(psi_w), phi_hi = __float2half_rn(phi_w);
-  const __half psi_lo = __float2half_rn(psi_w - __half2float(psi_hi));
-  const __half phi_lo = __float2half_rn(phi_w - __half2float(phi_hi));
-  const __half zero = __float2half_rn(0.0f);
-  // Register 0: k = 2t (P psi), 2t+1 (P phi); register 1: k = 2t+8 (Q psi), 2t+9 (Q phi).
-  const __half p_psi = g == 0 ? psi_hi : g == 4 ? psi_lo : zero;
-  const __half p_phi = g == 1 ? phi_hi : g == 5 ? phi_lo : zero;
-  const __half q_psi = g == 2 ? psi_hi : g == 6 ? psi_lo : zero;
-  const __half q_phi = g == 3 ? phi_hi : g == 7 ? phi_lo : zero;
-  return make_uint2(half2_bits(__halves2half2(p_psi, p_phi)), half2_bits(__halves2half2(q_psi, q_phi)));
-}
-
-constexpr int mma_copy_slots = 4;  // window pixels each thread copies per chunk (registers)
-// Offsets per exposure row, padded so that four consecutive rows start in disjoint groups of
-// 4 banks (a row stride of 0 or 16 banks would not).
-constexpr int mma_offset_row(int packet) {
-  return (packet + 3) / 4 * 4 % 16 == 0 ? (packet + 3) / 4 * 4 + 4 : (packet + 3) / 4 * 4;
-}
-
-template <int RV, int RY, int NWY, int NWV, int Pitch, int Stages, int MinBlocks>
-__global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kernel(FastParams P) {
-  constexpr int threads = warp_size * NWY * NWV;
-  constexpr int rows_per_block = NWY * RY;
-  constexpr int packet = RV * NWV;
-  constexpr int pixel_bytes = 16;  // four exposures' (psi, phi) half2 pairs
-  constexpr int row_bytes = Pitch * pixel_bytes;
-  constexpr int groups_per_chunk = max_chunk / mma_group;
-  // One padded row of offsets per exposure: the four exposures a warp reads at once then start
-  // 4 banks apart, so its 16-byte offset loads do not collide.
-  constexpr int offset_row = mma_offset_row(packet);
-  static_assert(RV % 4 == 0 && max_chunk % mma_group == 0, "offset loads, whole groups per chunk");
-  static_assert(Stages >= 2, "at least double buffering");
-
-  // Shared memory, Stages buffers of each: [windows: groups_per_chunk x window_elems pixels]
-  // [offsets: max_chunk x packet] [B fragments: groups_per_chunk x 32 lanes]. Copies run
-  // Stages - 1 chunks ahead of the sums, so the L2 latency hides behind several chunks.
-  extern __shared__ __align__(16) unsigned char staged[];
-  __shared__ LocalDigest scratch[NWY * NWV];
-  __shared__ unsigned int scale_scratch[2];
-  const StackView& view = P.view;
-  const PacketTables& t = P.t;
-  const ScanOutputs& out = P.out;
-  const int window_bytes = P.window_elems * pixel_bytes;
-  int* offsets = reinterpret_cast<int*>(staged + Stages * groups_per_chunk * window_bytes);
-  uint2* fragments = reinterpret_cast<uint2*>(offsets + Stages * max_chunk * offset_row);
-
-  const int tid = threadIdx.x, lane = tid & 31, warp_id = tid >> 5;
-  const int g = lane >> 2, tg = lane & 3;
-  const int warp_y = warp_id % NWY, warp_v = warp_id / NWY;
-  const int block_x0 = out.tile_x0 + blockIdx.x * warp_size;
-  const int block_y0 = out.tile_y0 + blockIdx.y * rows_per_block;
-  // The origin this lane scores after the lanes' halves are combined (see the finish below).
-  const int x = block_x0 + (tg & 1) * 16 + (tg >> 1) * 8 + g;
-  const int y0 = block_y0 + warp_y * RY;
-  const int E = t.exposures;
-  const int Q = P.exposure_groups;
-  const int packets = t.x_groups * t.y_groups;
-  const int first = int((long long)packets * blockIdx.z / P.groups);
-  const int last = int((long long)packets * (blockIdx.z + 1) / P.groups);
-  const int chunks = (Q + groups_per_chunk - 1) / groups_per_chunk;
-  const float2 scale = weight_scales(view, E, scale_scratch);
-  const float2 unscale = make_float2(1.0f / scale.x, 1.0f / scale.y);  // powers of two: exact
-
-  LocalDigest digest;
-  TopKBound bound[RY];
-  const uint4* grouped = P.grouped;
-  const std::size_t group_plane = std::size_t(view.rect.height) * view.pitch;
-
-  for (int p = first; p < last; ++p) {
-    const int gx = p % t.x_groups, gy = p / t.x_groups;
-    const int a0 = t.x_start[gx], na = t.x_count[gx];
-    const int b0 = t.y_start[gy], nb = t.y_count[gy];
-    const bool v_active = warp_v < nb;
-    const int* group_x = P.group_x_min + gx * Q;
-    const int* group_y = P.group_y_min + gy * Q;
-
-    // Which window pixels this thread copies: the same for every chunk of the packet.
-    const int per_group = P.window_rows * P.copy_width;
-    int slot[mma_copy_slots];
-#pragma unroll
-    for (int s = 0; s < mma_copy_slots; ++s) {
-      const int i = tid + s * threads;
-      const int h = i / per_group, r = i - h * per_group;
-      const int wy = r / P.copy_width, col = r - wy * P.copy_width;
-      slot[s] = h < groups_per_chunk ? (h << 16) | (wy << 8) | col : -1;
-    }
-
-    // Issues the copies of one chunk's windows, then writes its offsets and B fragments.
-    auto stage = [&](int ch, int buf) {
-      const int q0 = ch * groups_per_chunk;
-#pragma unroll
-      for (int s = 0; s < mma_copy_slots; ++s) {
-        const int info = slot[s];
-        if (info < 0) continue;
-        const int h = info >> 16, wy = (info >> 8) & 0xff, col = info & 0xff;
-        const int q = q0 + h;
-        unsigned char* to = staged + (buf * groups_per_chunk + h) * window_bytes + wy * row_bytes + col * pixel_bytes;
-        const void* from = grouped;
-        int bytes = 0;
-        if (q < Q) {
-          const int X = block_x0 + group_x[q] + col - view.rect.x0;
-          const int Y = block_y0 + group_y[q] + wy - view.rect.y0;
-          if (static_cast<unsigned>(X) < static_cast<unsigned>(view.rect.width) &&
-              static_cast<unsigned>(Y) < static_cast<unsigned>(view.rect.height)) {
-            from = grouped + q * group_plane + std::size_t(Y) * view.pitch + X;
-            bytes = pixel_bytes;
-          }
-        }
-        copy_16_or_zero(to, from, bytes);
-      }
-      for (int k = tid; k < max_chunk * packet; k += threads) {
-        const int c = k / packet, v = k - c * packet;
-        const int e = q0 * mma_group + c;
-        const int q = q0 + c / mma_group;
-        const int a = v % RV, b = v / RV;
-        int off = 0;
-        if (e < E && a < na && b < nb)
-          off = ((t.shift_y[(b0 + b) * E + e] - group_y[q]) * Pitch + (t.shift_x[(a0 + a) * E + e] - group_x[q])) *
-                    pixel_bytes +
-                (c % mma_group) * 4;
-        offsets[(buf * max_chunk + c) * offset_row + v] = off;
-      }
-      for (int k = tid; k < groups_per_chunk * warp_size; k += threads) {
-        const int h = k / warp_size, l = k - h * warp_size;
-        const int e = (q0 + h) * mma_group + (l & 3);
-        const float psi_w = e < E ? view.psi_weight[e] * scale.x : 0.0f;
-        const float phi_w = e < E ? view.phi_weight[e] * scale.y : 0.0f;
-        fragments[(buf * groups_per_chunk + h) * warp_size + l] = weight_fragment(psi_w, phi_w, l >> 2);
-      }
-    };
-
-    float D[RV][RY][4];
-#pragma unroll
-    for (int i = 0; i < RV; ++i)
-#pragma unroll
-      for (int j = 0; j < RY; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) D[i][j][r] = 0.0f;
-
-    auto accumulate = [&](int buf) {
-      if (!v_active) return;  // the whole warp: mma needs every lane
-#pragma unroll
-      for (int h = 0; h < groups_per_chunk; ++h) {
-        const int c = h * mma_group + tg;  // this lane's exposure within the chunk
-        const uint2 b = fragments[(buf * groups_per_chunk + h) * warp_size + lane];
-        const unsigned char* at = staged + (buf * groups_per_chunk + h) * window_bytes +
-                                  (warp_y * RY * Pitch + g) * pixel_bytes;
-        const int* off = offsets + (buf * max_chunk + c) * offset_row + warp_v * RV;
-        int o[RV];
-#pragma unroll
-        for (int i = 0; i < RV; i += 4) {
-          const int4 v = *reinterpret_cast<const int4*>(off + i);
-          o[i] = v.x;
-          o[i + 1] = v.y;
-          o[i + 2] = v.z;
-          o[i + 3] = v.w;
-        }
-#pragma unroll
-        for (int i = 0; i < RV; ++i) {
-#pragma unroll
-          for (int j = 0; j < RY; ++j) {
-            const unsigned char* base = at + o[i] + j * row_bytes;
-            // Origins g, g+8 (trial P of rows g, g+8) and g+16, g+24 (trial Q), 8 pixels apart.
-            mma_pairs(D[i][j], lds32(base), lds32(base + 8 * pixel_bytes), lds32(base + 16 * pixel_bytes),
-                      lds32(base + 24 * pixel_bytes), b.x, b.y);
-          }
-        }
-      }
-    };
-
-    // Every iteration commits one copy group (empty past the last chunk), so waiting until at
-    // most Stages - 2 groups are pending means chunk ch has landed.
-    for (int s = 0; s < Stages - 1; ++s) {
-      if (s < chunks) stage(s, s);
-      commit_copies();
-    }
-    for (int ch = 0; ch < chunks; ++ch) {
-      wait_copies<Stages - 2>();
-      __syncthreads();  // chunk ch visible to all; everyone is done with chunk ch - 1's buffer
-      const int ahead = ch + Stages - 1;
-      if (ahead < chunks) stage(ahead, ahead % Stages);
-      commit_copies();
-      accumulate(ch % Stages);
-    }
-    __syncthreads();  // the next packet's copies overwrite buffers still being read
-
-    if (v_active) {
-      const int b = b0 + warp_v;
-      const unsigned full = 0xffffffffu;
-#pragma unroll
-      for (int j = 0; j < RY; ++j) {
-        const int y = y0 + j;
-        const bool origin_in = x < out.tile_x0 + out.tile_width && y < out.tile_y0 + out.tile_height;
-        TopKEntry* list = origin_in && out.top_k > 0 ? topk_list(out, x, y, blockIdx.z * NWV + warp_v) : nullptr;
-#pragma unroll
-        for (int i = 0; i < RV; ++i) {
-          // Lanes t and t^2 hold the high- and low-weight halves of the same trials: add them.
-          float d[4];
-#pragma unroll
-          for (int r = 0; r < 4; ++r) d[r] = D[i][j][r] + __shfl_xor_sync(full, D[i][j][r], 2);
-          // t = 0: rows g (d0, d1) of P; t = 2: rows g+8 (d2, d3) of P; t = 1, 3: the same of Q.
-          const bool upper = tg >> 1;
-          const float A = (upper ? d[2] : d[0]) * unscale.x;
-          const float B = (upper ? d[3] : d[1]) * unscale.y;
-          if (origin_in && i < na) finish_trial(out, digest, A, B, x, y, b * t.vx_count + a0 + i, list, &bound[j]);
-        }
-      }
-    }
-  }
-  const long long key = block_key(out, blockIdx.z, block_x0, block_y0, warp_size, rows_per_block);
-  write_block_digest(out, digest, key, scratch);
-}
-
-using FastKernel = void (*)(FastParams);
-
-struct FastVariant {
-  FastVariantInfo info;
-  FastKernel kernel[3];  // per StorageCode; null where the staging cannot hold that storage
-  int stages = 2;        // shared-memory buffers (tensor-core variants)
-};
-
 template <bool Half, int RV, int RY, int NWY, int NWV, int Pitch, bool Skip, int MinBlocks = 1>
 FastVariant make_variant() {
   FastVariant v;
@@ -687,22 +335,6 @@ FastVariant make_variant() {
   return v;
 }
 
-// Tensor-core sums: fp16 storage, and int8 storage without exception codes (its codes are
-// decoded to halves when the tile is regrouped); fp32 values would not fit in half operands.
-template <int RV, int RY, int NWY, int NWV, int Pitch, int Stages, int MinBlocks = 1>
-FastVariant make_mma_variant() {
-  FastVariant v;
-  const std::string name = "mma-v" + std::to_string(RV) + "r" + std::to_string(RY) + "-w" + std::to_string(NWY) +
-                           "x" + std::to_string(NWV) + "-p" + std::to_string(Pitch) + "-s" + std::to_string(Stages) +
-                           (MinBlocks > 1 ? "-b" + std::to_string(MinBlocks) : "");
-  v.info = FastVariantInfo{name, true, true, false, RV, RY, NWY, NWV, Pitch};
-  v.kernel[0] = nullptr;
-  v.kernel[1] = fast_mma_kernel<RV, RY, NWY, NWV, Pitch, Stages, MinBlocks>;
-  v.kernel[2] = v.kernel[1];  // the kernel reads the regrouped half pairs whatever the storage
-  v.stages = Stages;
-  return v;
-}
-
 // The measured variants (bench/RESULTS.md, GPU gathers), in the order the automatic choice tries
 // them: the tensor-core variants (fp16, int8 storage; the wide pitch for grids that drift more), then
 // the fastest on `dense` for half staging (int8 storage) and for float staging (fp32), then the
@@ -712,19 +344,19 @@ FastVariant make_mma_variant() {
 // buffers (mma); vR rY = velocities x origin rows per thread (per lane group for mma); wA x B =
 // warps along rows x along vy; pN = window pitch; b2 = two blocks per SM.
 const std::vector<FastVariant>& variants() {
-  static const std::vector<FastVariant> list = {
-      make_mma_variant<8, 2, 4, 4, 40, 3>(),
-      make_mma_variant<8, 2, 4, 4, 64, 3>(),
-      make_mma_variant<8, 2, 4, 3, 40, 3>(),
-      make_mma_variant<8, 2, 4, 2, 40, 3, 2>(),
-      make_mma_variant<4, 2, 4, 4, 40, 3>(),
+  static const std::vector<FastVariant> list = [] {
+    std::vector<FastVariant> all = tensor_core_variants();
+    for (FastVariant v : {
       make_variant<true, 8, 2, 4, 4, 40, false>(),
       make_variant<false, 8, 2, 4, 4, 40, true>(),
       make_variant<false, 8, 2, 4, 4, 40, false>(),
       make_variant<true, 8, 2, 4, 2, 40, false, 2>(),
       make_variant<false, 8, 2, 4, 2, 40, false, 2>(),
       make_variant<false, 2, 2, 4, 4, 64, false>(),
-  };
+         })
+      all.push_back(v);
+    return all;
+  }();
   return list;
 }
 
@@ -743,78 +375,6 @@ std::string& last_variant() {
 
 int storage_index(Encoding e) { return e == Encoding::fp32 ? 0 : e == Encoding::fp16 ? 1 : 2; }
 
-// How a variant would run an input: its chunk and shared memory, or why it cannot.
-struct VariantPlan {
-  const FastVariant* variant = nullptr;
-  std::string problem;  // empty when it can run
-  int chunk = 0, window_rows = 0, window_elems = 0, shared_bytes = 0, copy_width = 0;
-};
-
-// Tensor-core variant: a window per group of four exposures, starting at the packet's smallest
-// shift over the group and wide enough for the largest (the run's span plus the group's drift).
-struct GroupWindows {
-  std::vector<int> x_min, y_min;  // [run * groups + group]
-  int extent_x = 0, extent_y = 0;
-};
-
-std::vector<int> group_minima(const AxisRuns& runs, int exposures, int* extent) {
-  const int groups = (exposures + mma_group - 1) / mma_group;
-  std::vector<int> minima;
-  *extent = 0;
-  for (int r = 0; r < runs.groups; ++r)
-    for (int q = 0; q < groups; ++q) {
-      int lo = INT_MAX, hi = INT_MIN;
-      for (int e = q * mma_group; e < std::min(exposures, (q + 1) * mma_group); ++e) {
-        lo = std::min(lo, runs.min_shift[std::size_t(r) * exposures + e]);
-        hi = std::max(hi, runs.min_shift[std::size_t(r) * exposures + e]);
-      }
-      minima.push_back(lo);
-      *extent = std::max(*extent, hi - lo + runs.span[r]);
-    }
-  return minima;
-}
-
-GroupWindows group_windows(const AxisRuns& x, const AxisRuns& y, int exposures) {
-  GroupWindows w;
-  w.x_min = group_minima(x, exposures, &w.extent_x);
-  w.y_min = group_minima(y, exposures, &w.extent_y);
-  return w;
-}
-
-VariantPlan plan_mma_variant(const FastVariant& v, const AxisRuns& x, const AxisRuns& y, int exposures) {
-  VariantPlan plan;
-  plan.variant = &v;
-  const FastVariantInfo& i = v.info;
-  int extent_x = 0, extent_y = 0;
-  group_minima(x, exposures, &extent_x);
-  group_minima(y, exposures, &extent_y);
-  plan.copy_width = warp_size + extent_x;
-  if (plan.copy_width > i.pitch) {
-    plan.problem = "neighbouring velocities drift " + std::to_string(extent_x) +
-                   " px apart along x within a packet and a group of four exposures, more than the pitch allows (" +
-                   std::to_string(i.pitch - warp_size) + ")";
-    return plan;
-  }
-  plan.window_rows = i.warps_y * i.rows_per_thread + extent_y;
-  plan.window_elems = plan.window_rows * i.pitch;
-  const int threads = warp_size * i.warps_y * i.warps_v;
-  const int groups_per_chunk = max_chunk / mma_group;
-  if (groups_per_chunk * plan.window_rows * plan.copy_width > mma_copy_slots * threads) {
-    plan.problem = "packet footprint too large for the block's copy slots (" + std::to_string(plan.window_rows) +
-                   " rows)";
-    return plan;
-  }
-  const int packet = i.vx_per_thread * i.warps_v;
-  plan.chunk = max_chunk;
-  plan.shared_bytes = v.stages * (groups_per_chunk * plan.window_elems * 16 + max_chunk * mma_offset_row(packet) * 4 +
-                                  groups_per_chunk * warp_size * 8);
-  if (plan.shared_bytes > max_shared_memory_per_block()) {
-    plan.problem = "packet footprint exceeds shared memory (" + std::to_string(plan.window_rows) + " rows)";
-    return plan;
-  }
-  return plan;
-}
-
 VariantPlan plan_variant(const FastVariant& v, const EncodedStack& stack, const AxisRuns& x,
                          const AxisRuns& y, int exposures) {
   VariantPlan plan;
@@ -829,7 +389,7 @@ VariantPlan plan_variant(const FastVariant& v, const EncodedStack& stack, const 
     plan.problem = "int8 exceptions need float staging for their exact values";
     return plan;
   }
-  if (i.tensor_cores) return plan_mma_variant(v, x, y, exposures);
+  if (i.tensor_cores) return plan_tensor_core_variant(v, x, y, exposures);
   if (warp_size + x.max_span > i.pitch) {
     plan.problem = "neighbouring velocities drift " + std::to_string(x.max_span) +
                    " px apart along x within a packet, more than the pitch allows (" +
@@ -948,14 +508,8 @@ class FastMethod final : public GatherMethod {
       // The exposure-grouped copy of this tile, made on the stream before the scan (a pass over
       // the tile at memory bandwidth; it is counted in the scan's time).
       params.exposure_groups = (view.exposures + mma_group - 1) / mma_group;
-      const std::size_t pixels = std::size_t(params.exposure_groups) * view.rect.height * view.pitch;
-      grouped_.resize(pixels);
-      const int blocks = int(std::min<std::size_t>((pixels + 255) / 256, 65536));
-      if (view.storage == StorageCode::int8)
-        interleave_groups<StorageCode::int8><<<blocks, 256, 0, stream>>>(view, grouped_.get(), params.exposure_groups);
-      else
-        interleave_groups<StorageCode::fp16><<<blocks, 256, 0, stream>>>(view, grouped_.get(), params.exposure_groups);
-      SHIFTSTACK_CUDA_CHECK_LAUNCH();
+      grouped_.resize(std::size_t(params.exposure_groups) * view.rect.height * view.pitch);
+      regroup_exposures(view, grouped_.get(), params.exposure_groups, stream);
       params.grouped = grouped_.get();
       params.group_x_min = group_x_min_.get();
       params.group_y_min = group_y_min_.get();
