@@ -112,14 +112,7 @@ __device__ inline void accumulate_exposure(const unsigned char* window, const in
   constexpr int row_bytes = Pitch * int(sizeof(Stage));
   int off[RV];
   if constexpr (RV % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < RV; i += 4) {
-      const int4 o = *reinterpret_cast<const int4*>(offsets + i);
-      off[i] = o.x;
-      off[i + 1] = o.y;
-      off[i + 2] = o.z;
-      off[i + 3] = o.w;
-    }
+    load_offsets(offsets, off);
   } else {
 #pragma unroll
     for (int i = 0; i < RV; ++i) off[i] = offsets[i];

@@ -58,6 +58,20 @@ struct GroupWindows {
   int extent_x = 0, extent_y = 0;
 };
 
+// Reads N (a multiple of 4) consecutive offsets from shared memory with 16-byte loads.
+template <int N>
+__device__ inline void load_offsets(const int* from, int (&to)[N]) {
+  static_assert(N % 4 == 0, "whole int4 loads");
+#pragma unroll
+  for (int i = 0; i < N; i += 4) {
+    const int4 v = *reinterpret_cast<const int4*>(from + i);
+    to[i] = v.x;
+    to[i + 1] = v.y;
+    to[i + 2] = v.z;
+    to[i + 3] = v.w;
+  }
+}
+
 // The tensor-core variants, in the automatic choice's order (gather_fast_mma.cu).
 std::vector<FastVariant> tensor_core_variants();
 // Their window geometry and shared memory for an input, or why one cannot run it.

@@ -275,14 +275,7 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
                                   (warp_y * RY * Pitch + g) * pixel_bytes;
         const int* off = offsets + (buf * max_chunk + c) * offset_row + warp_v * RV;
         int o[RV];
-#pragma unroll
-        for (int i = 0; i < RV; i += 4) {
-          const int4 v = *reinterpret_cast<const int4*>(off + i);
-          o[i] = v.x;
-          o[i + 1] = v.y;
-          o[i + 2] = v.z;
-          o[i + 3] = v.w;
-        }
+        load_offsets(off, o);
 #pragma unroll
         for (int i = 0; i < RV; ++i) {
 #pragma unroll
