@@ -45,22 +45,38 @@ json timings_json(const ValidationTimings& t) {
            {{"kits", t.kits}, {"likelihood_maps", t.likelihood}, {"near_mask_flags", t.near_flags}, {"encodings", t.encode}}}};
 }
 
-json kit_json(const KitOptions& k) {
-  return {{"workload", k.name},
+// Every kit option, so that saved records can rebuild the kits (kit_from_json).
+json full_kit_json(const KitOptions& k) {
+  return {{"name", k.name},
           {"exposures", k.exposures},
           {"width", k.width},
           {"height", k.height},
           {"vx_count", k.vx_count},
           {"vy_count", k.vy_count},
+          {"velocity_displacement", k.velocity_displacement},
+          {"curve_amplitude", k.curve_amplitude},
+          {"span_days", k.span_days},
+          {"seed", k.seed},
           {"shift_mode", shift_mode_name(k.shift_mode)},
-          {"psf_sigma_min", k.psf_sigma_min},
-          {"psf_sigma_max", k.psf_sigma_max},
-          {"injected_snr", k.injected_snr},
+          {"varying_variance", k.varying_variance},
           {"masked_holes", k.masked_holes},
           {"bad_column", k.bad_column},
-          {"mask_layout", mask_layout(k)},
-          {"varying_variance", k.varying_variance},
-          {"variable_seeing", k.variable_seeing}};
+          {"variable_seeing", k.variable_seeing},
+          {"irregular_epochs", k.irregular_epochs},
+          {"common_curve", k.common_curve},
+          {"inject", k.inject},
+          {"noise", k.noise},
+          {"psf_sigma_min", k.psf_sigma_min},
+          {"psf_sigma_max", k.psf_sigma_max},
+          {"injected_snr", k.injected_snr}};
+}
+
+// The report's kit: every option, under the workload's name, with the mask layout in words.
+json kit_json(const KitOptions& k) {
+  json j = full_kit_json(k);
+  j["workload"] = k.name;
+  j["mask_layout"] = mask_layout(k);
+  return j;
 }
 
 json provenance_json(const Provenance& p) {
@@ -646,31 +662,6 @@ std::string summarize_reports(const std::vector<std::string>& files, const std::
 // ---- raw records ---------------------------------------------------------------------------
 
 namespace {
-
-json full_kit_json(const KitOptions& k) {
-  return {{"name", k.name},
-          {"exposures", k.exposures},
-          {"width", k.width},
-          {"height", k.height},
-          {"vx_count", k.vx_count},
-          {"vy_count", k.vy_count},
-          {"velocity_displacement", k.velocity_displacement},
-          {"curve_amplitude", k.curve_amplitude},
-          {"span_days", k.span_days},
-          {"seed", k.seed},
-          {"shift_mode", shift_mode_name(k.shift_mode)},
-          {"varying_variance", k.varying_variance},
-          {"masked_holes", k.masked_holes},
-          {"bad_column", k.bad_column},
-          {"variable_seeing", k.variable_seeing},
-          {"irregular_epochs", k.irregular_epochs},
-          {"common_curve", k.common_curve},
-          {"inject", k.inject},
-          {"noise", k.noise},
-          {"psf_sigma_min", k.psf_sigma_min},
-          {"psf_sigma_max", k.psf_sigma_max},
-          {"injected_snr", k.injected_snr}};
-}
 
 KitOptions kit_from_json(const json& j) {
   KitOptions k;
