@@ -41,15 +41,7 @@ void write_kit(const KitStack& kit, const std::string& dir, bool with_wcs) {
 
 // The search configuration whose bank is the kit's own.
 SearchConfig config_for(const KitStack& kit) {
-  SearchConfig c = default_config();
-  c.generator.name = "VelocityGridSearch";
-  c.generator.vx_steps = int(kit.bank.vx_axis.size());
-  c.generator.min_vx = kit.bank.vx_axis.front();
-  c.generator.max_vx = kit.bank.vx_axis.back();
-  c.generator.vy_steps = int(kit.bank.vy_axis.size());
-  c.generator.min_vy = kit.bank.vy_axis.front();
-  c.generator.max_vy = kit.bank.vy_axis.back();
-  c.shift_mode = kit.bank.mode;
+  SearchConfig c = testing_support::kit_search_config(kit);
   c.cpu_only = true;
   c.stamp_radius = 4;
   return c;

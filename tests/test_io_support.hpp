@@ -5,7 +5,24 @@
 #include <stdexcept>
 #include <string>
 
+#include "shiftstack/io/config.hpp"
+#include "shiftstack/synth.hpp"
+
 namespace shiftstack::io::testing_support {
+
+// The default search configuration with the kit's own velocity grid and shift mode.
+inline SearchConfig kit_search_config(const KitStack& kit) {
+  SearchConfig c = default_config();
+  c.generator.name = "VelocityGridSearch";
+  c.generator.vx_steps = int(kit.bank.vx_axis.size());
+  c.generator.min_vx = kit.bank.vx_axis.front();
+  c.generator.max_vx = kit.bank.vx_axis.back();
+  c.generator.vy_steps = int(kit.bank.vy_axis.size());
+  c.generator.min_vy = kit.bank.vy_axis.front();
+  c.generator.max_vy = kit.bank.vy_axis.back();
+  c.shift_mode = kit.bank.mode;
+  return c;
+}
 
 // The fixtures live beside the project, never inside it: <project>/../shared/fixtures.
 inline std::string fixtures_dir() { return std::string(SHIFTSTACK_SOURCE_DIR) + "/../shared/fixtures"; }

@@ -79,6 +79,35 @@ json kit_json(const KitOptions& k) {
   return j;
 }
 
+// The options of a run, as both the report and the saved records give them; `kit` is the kit's
+// JSON in the form each needs.
+json run_options_json(const ValidationOptions& o, json kit) {
+  return {{"baseline_engine", o.baseline_engine},
+          {"kit", std::move(kit)},
+          {"pairs", o.pairs},
+          {"first_pair", o.first_pair},
+          {"seed", o.seed},
+          {"alpha", o.alpha},
+          {"excursion_z", o.excursion_z},
+          {"near_mask_fwhm", o.near_mask_fwhm},
+          {"bootstrap_resamples", o.bootstrap_resamples},
+          {"bootstrap_seed", o.bootstrap_seed},
+          {"completeness_snr", o.completeness_snr},
+          {"matched_z", o.matched_z},
+          {"neighbourhood", o.neighbourhood},
+          {"null_window", o.null_window},
+          {"null_window_placement", placement_name(o.null_window_placement)}};
+}
+
+// The report's options: the run's, plus the method under test.
+json report_options_json(const ValidationOptions& o) {
+  json j = run_options_json(o, kit_json(o.kit));
+  j["engine"] = o.engine;
+  j["encoding"] = to_string(o.encoding);
+  j["baseline_encoding"] = "fp32";
+  return j;
+}
+
 json provenance_json(const Provenance& p) {
   return {{"card", p.card}, {"commit", p.commit}, {"date", p.date}, {"command", p.command}};
 }
@@ -158,25 +187,7 @@ std::string to_json(const ValidationReport& r, const std::vector<QuantizationRow
   json j = {
       {"kind", "shiftstack validation report"},
       {"provenance", provenance_json(provenance)},
-      {"options",
-       {{"engine", o.engine},
-        {"encoding", to_string(o.encoding)},
-        {"baseline_engine", o.baseline_engine},
-        {"baseline_encoding", "fp32"},
-        {"kit", kit_json(o.kit)},
-        {"pairs", o.pairs},
-        {"seed", o.seed},
-        {"alpha", o.alpha},
-        {"excursion_z", o.excursion_z},
-        {"near_mask_fwhm", o.near_mask_fwhm},
-        {"bootstrap_resamples", o.bootstrap_resamples},
-        {"bootstrap_seed", o.bootstrap_seed},
-        {"completeness_snr", o.completeness_snr},
-        {"matched_z", o.matched_z},
-        {"neighbourhood", o.neighbourhood},
-        {"null_window", o.null_window},
-        {"null_window_placement", placement_name(o.null_window_placement)},
-        {"first_pair", o.first_pair}}},
+      {"options", report_options_json(o)},
       {"definitions",
        {{"effective_snr", "mean over pairs of (Z_inj - Z_null) at the injected trajectory / sd of Z over the null bank"},
         {"retention", "effective SNR of the method / that of the baseline (FP32 exact gather) on the same cubes"},
@@ -753,22 +764,7 @@ std::string to_json(const ValidationRecords& r, const std::vector<QuantizationRo
       {"provenance", provenance_json(provenance)},
       {"layout", "observations[run][pair] = [z_null, z_inj, near, away, all, high_z, level_max]; near/away/all = "
                  "[n, sum Z, sum Z^2, count above each threshold]"},
-      {"options",
-       {{"baseline_engine", o.baseline_engine},
-        {"kit", full_kit_json(o.kit)},
-        {"pairs", o.pairs},
-        {"first_pair", o.first_pair},
-        {"seed", o.seed},
-        {"alpha", o.alpha},
-        {"excursion_z", o.excursion_z},
-        {"near_mask_fwhm", o.near_mask_fwhm},
-        {"bootstrap_resamples", o.bootstrap_resamples},
-        {"bootstrap_seed", o.bootstrap_seed},
-        {"completeness_snr", o.completeness_snr},
-        {"matched_z", o.matched_z},
-        {"neighbourhood", o.neighbourhood},
-        {"null_window", o.null_window},
-        {"null_window_placement", placement_name(o.null_window_placement)}}},
+      {"options", run_options_json(o, full_kit_json(o.kit))},
       {"runs", methods_json(r.runs)},
       {"methods", methods_json(r.methods)},
       {"method_run", r.method_run},

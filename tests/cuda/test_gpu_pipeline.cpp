@@ -10,6 +10,7 @@
 #include "shiftstack/io/config.hpp"
 #include "shiftstack/io/run.hpp"
 #include "shiftstack/synth.hpp"
+#include "../test_io_support.hpp"
 
 namespace shiftstack::io {
 namespace {
@@ -18,15 +19,7 @@ namespace {
   if (!cuda::likelihood_gpu_available()) GTEST_SKIP() << "no CUDA device"
 
 SearchConfig config_for(const KitStack& kit, const std::string& likelihood_device, const std::string& engine) {
-  SearchConfig c = default_config();
-  c.generator.name = "VelocityGridSearch";
-  c.generator.vx_steps = int(kit.bank.vx_axis.size());
-  c.generator.min_vx = kit.bank.vx_axis.front();
-  c.generator.max_vx = kit.bank.vx_axis.back();
-  c.generator.vy_steps = int(kit.bank.vy_axis.size());
-  c.generator.min_vy = kit.bank.vy_axis.front();
-  c.generator.max_vy = kit.bank.vy_axis.back();
-  c.shift_mode = kit.bank.mode;
+  SearchConfig c = testing_support::kit_search_config(kit);
   c.likelihood_device = likelihood_device;
   c.engine = engine;
   c.filter.lh_level = 5.5;  // noise crossings and a crowd around the source to filter and merge
