@@ -81,18 +81,6 @@ __device__ __forceinline__ void mma_pairs(float (&d)[4], std::uint32_t a0, std::
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// 16 bytes global -> shared; `bytes` < 16 zero-fills the rest (0: nothing is read).
-__device__ __forceinline__ void copy_16_or_zero(void* shared_destination, const void* global_source, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared_destination)),
-               "l"(global_source), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int pending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
-}
-
 __device__ __forceinline__ std::uint32_t lds32(const unsigned char* at) {
   return *reinterpret_cast<const std::uint32_t*>(at);
 }
@@ -293,14 +281,14 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
     // most Stages - 2 groups are pending means chunk ch has landed.
     for (int s = 0; s < Stages - 1; ++s) {
       if (s < chunks) stage(s, s);
-      commit_copies();
+      copy_async_commit();
     }
     for (int ch = 0; ch < chunks; ++ch) {
-      wait_copies<Stages - 2>();
+      copy_async_wait<Stages - 2>();  // then the barrier orders the reads
       __syncthreads();  // chunk ch visible to all; everyone is done with chunk ch - 1's buffer
       const int ahead = ch + Stages - 1;
       if (ahead < chunks) stage(ahead, ahead % Stages);
-      commit_copies();
+      copy_async_commit();
       accumulate(ch % Stages);
     }
     __syncthreads();  // the next packet's copies overwrite buffers still being read

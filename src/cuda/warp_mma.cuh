@@ -16,6 +16,12 @@ __device__ __forceinline__ void copy_async_16(void* shared_destination, const vo
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(shared_destination)),
                "l"(global_source));
 }
+// 16 bytes global -> shared; `bytes` < 16 zero-fills the rest (0: nothing is read).
+__device__ __forceinline__ void copy_16_or_zero(void* shared_destination, const void* global_source, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared_destination)),
+               "l"(global_source), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int pending>
 __device__ __forceinline__ void copy_async_wait() {
