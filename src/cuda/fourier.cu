@@ -3,6 +3,8 @@
 //   Ahat_ab(k) = sum_e exp(i kx sx[a,e]) psihat_e(k) exp(i ky sy[b,e]),
 // computed as a register-tiled complex product (rows (b, my), columns a, inner dimension E) with
 // both phases taken from exact FP32 unit-root tables; then the shared inverse FFTs and scoring.
+// Fractional shifts: bilinear sampling through modified axis factors, and the exact B of SPEC 2
+// from the phi and covariance channels (see Layout below).
 // The FP32 baseline the FP16 tensor-core route is measured against.
 #include <algorithm>
 
@@ -19,14 +21,29 @@ constexpr int kColsPerThread = 4; // threadIdx.y: up to kMaxColThreads x 4 colum
 constexpr int kMaxColThreads = 20;
 constexpr int kRows = kRowThreads * kRowsPerThread;
 constexpr int kMaxCols = kMaxColThreads * kColsPerThread;
-constexpr int kChunk = 16;        // exposures per shared-memory stage
+
+// Integer shifts: two row operands (psi, phi spectra times the y phase) share one x-phase table.
+// Fractional (bilinear) shifts: per axis the phase of the corner pair, e^{i k n} ((1-f) + f e^{i k})
+// for A, and for the exact B (SPEC 2) the factors of the variance terms, separable per axis:
+//   phi:   ((1-f)^2 + f^2 e^{ik}) along x and y     cov right: 2f(1-f) along x, (1-g)^2 + g^2 e^{ik} along y
+//   cov down: mirrored                              cov diagonals: 2f(1-f) along x, g(1-g) along y
+// Summed over the channels that share an x factor, B needs two row operands, each with its own
+// x table: (phi U1 + down U2) with T1 and (right U1 + diagonals U2 / 2) with T2.
+template <bool Fractional>
+struct Layout {
+  static constexpr int kRowOperands = Fractional ? 3 : 2;  // A, then B's
+  static constexpr int kTables = Fractional ? 3 : 1;       // x tables; row operand r uses min(r, kTables - 1)
+  static constexpr int kChunk = Fractional ? 8 : 16;       // exposures per shared-memory stage (48 KB)
+};
 
 struct Params {
   const float2* spectra;      // [c][e][mx][my]
   const float2* root_x;       // [nx]
   const float2* root_y;       // [ny]
-  const std::int32_t* sx;     // [a][E]
+  const std::int32_t* sx;     // [a][E]: round(s), or floor(s) for fractional shifts
   const std::int32_t* sy;     // [b][E]
+  const float* fx;            // [a][E]: s - floor(s), fractional only
+  const float* fy;            // [b][E]
   int nx, ny, nyh, exposures, va;
   int b_begin, rows;          // rows = (b_end - b_begin) * nyh
   float norm;
@@ -39,9 +56,35 @@ __device__ __forceinline__ int wrap(long long j, int n) {
   return r < 0 ? r + n : r;
 }
 
+__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
+  return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+__device__ __forceinline__ float2 cfma(float2 a, float2 b, float2 c) {  // a * b + c
+  return make_float2(fmaf(a.x, b.x, fmaf(-a.y, b.y, c.x)), fmaf(a.x, b.y, fmaf(a.y, b.x, c.y)));
+}
+__device__ __forceinline__ float2 scale(float2 a, float s) { return make_float2(a.x * s, a.y * s); }
+
+// Bilinear axis factors at one frequency: whole = e^{i k n}, step = e^{i k}, f the fraction.
+struct AxisFactors {
+  float2 interpolate;  // e^{ikn} ((1-f) + f e^{ik})       (A)
+  float2 squares;      // e^{ikn} ((1-f)^2 + f^2 e^{ik})   (phi, and the covariance along the other axis)
+  float2 cross;        // e^{ikn} 2 f (1-f)                (covariance along this axis)
+};
+__device__ __forceinline__ AxisFactors axis_factors(float2 whole, float2 step, float f) {
+  const float g = 1.0f - f;
+  AxisFactors t;
+  t.interpolate = cmul(whole, make_float2(g + f * step.x, f * step.y));
+  t.squares = cmul(whole, make_float2(g * g + f * f * step.x, f * f * step.y));
+  t.cross = scale(whole, 2.0f * f * g);
+  return t;
+}
+
+template <bool Fractional>
 __global__ void __launch_bounds__(kRowThreads * kMaxColThreads) phase_sum_kernel(Params p) {
-  __shared__ float2 xs[2][kChunk][kRows];  // phase_y * spectrum per channel
-  __shared__ float2 ys[kChunk][kMaxCols];  // phase_x
+  using L = Layout<Fractional>;
+  constexpr int kChunk = L::kChunk, R = L::kRowOperands, T = L::kTables;
+  __shared__ float2 xs[R][kChunk][kRows];  // y factor * spectrum per row operand
+  __shared__ float2 ys[T][kChunk][kMaxCols];  // x factor per table
   const int tx = threadIdx.x, ty = threadIdx.y, cols = blockDim.y * kColsPerThread;
   const int threads = blockDim.x * blockDim.y, tid = ty * blockDim.x + tx;
   const int row0 = blockIdx.x * kRows, a0 = blockIdx.y * cols, mx = blockIdx.z;
@@ -59,48 +102,73 @@ __global__ void __launch_bounds__(kRowThreads * kMaxColThreads) phase_sum_kernel
   for (int e0 = 0; e0 < p.exposures; e0 += kChunk) {
     for (int i = tid; i < kChunk * kRows; i += threads) {
       const int el = i / kRows, row = i % kRows, e = e0 + el, r = row0 + row;
-      float2 psi = make_float2(0, 0), phi = psi;
+      float2 operand[R];
+#pragma unroll
+      for (int c = 0; c < R; ++c) operand[c] = make_float2(0, 0);
       if (e < p.exposures && r < p.rows) {
         const int b = p.b_begin + r / p.nyh, my = r % p.nyh;
-        const float2 ph = p.root_y[wrap((long long)my * p.sy[std::size_t(b) * p.exposures + e], p.ny)];
-        const std::size_t f = std::size_t(mx) * p.nyh + my;
-        const float2 s0 = p.spectra[std::size_t(e) * exposure_stride + f];
-        const float2 s1 = p.spectra[channel_in + std::size_t(e) * exposure_stride + f];
-        psi = make_float2(ph.x * s0.x - ph.y * s0.y, ph.x * s0.y + ph.y * s0.x);
-        phi = make_float2(ph.x * s1.x - ph.y * s1.y, ph.x * s1.y + ph.y * s1.x);
+        const std::size_t at = std::size_t(b) * p.exposures + e;
+        const float2 ph = p.root_y[wrap((long long)my * p.sy[at], p.ny)];
+        const std::size_t f = std::size_t(e) * exposure_stride + std::size_t(mx) * p.nyh + my;
+        if constexpr (Fractional) {
+          const AxisFactors u = axis_factors(ph, p.root_y[my], p.fy[at]);
+          operand[0] = cmul(u.interpolate, p.spectra[f]);
+          operand[1] = cfma(u.cross, p.spectra[3 * channel_in + f], cmul(u.squares, p.spectra[channel_in + f]));
+          operand[2] = cfma(scale(u.cross, 0.5f), p.spectra[4 * channel_in + f],
+                            cmul(u.squares, p.spectra[2 * channel_in + f]));
+        } else {
+          operand[0] = cmul(ph, p.spectra[f]);
+          operand[1] = cmul(ph, p.spectra[channel_in + f]);
+        }
       }
-      xs[0][el][row] = psi;
-      xs[1][el][row] = phi;
+#pragma unroll
+      for (int c = 0; c < R; ++c) xs[c][el][row] = operand[c];
     }
     for (int i = tid; i < kChunk * cols; i += threads) {
       const int el = i / cols, col = i % cols, e = e0 + el, a = a0 + col;
-      float2 ph = make_float2(0, 0);
-      if (e < p.exposures && a < p.va)
-        ph = p.root_x[wrap((long long)mx * p.sx[std::size_t(a) * p.exposures + e], p.nx)];
-      ys[el][col] = ph;
+      float2 table[T];
+#pragma unroll
+      for (int t = 0; t < T; ++t) table[t] = make_float2(0, 0);
+      if (e < p.exposures && a < p.va) {
+        const std::size_t at = std::size_t(a) * p.exposures + e;
+        const float2 ph = p.root_x[wrap((long long)mx * p.sx[at], p.nx)];
+        if constexpr (Fractional) {
+          const AxisFactors t = axis_factors(ph, p.root_x[mx], p.fx[at]);
+          table[0] = t.interpolate;
+          table[1] = t.squares;
+          table[2] = t.cross;
+        } else {
+          table[0] = ph;
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < T; ++t) ys[t][el][col] = table[t];
     }
     __syncthreads();
 #pragma unroll 4
     for (int el = 0; el < kChunk; ++el) {
-      float2 x[2][kRowsPerThread], y[kColsPerThread];
+      float2 x[R][kRowsPerThread], y[T][kColsPerThread];
 #pragma unroll
-      for (int i = 0; i < kRowsPerThread; ++i) {
-        x[0][i] = xs[0][el][tx + kRowThreads * i];  // consecutive lanes, consecutive rows: no bank conflicts
-        x[1][i] = xs[1][el][tx + kRowThreads * i];
-      }
+      for (int c = 0; c < R; ++c)
 #pragma unroll
-      for (int j = 0; j < kColsPerThread; ++j) y[j] = ys[el][ty * kColsPerThread + j];
+        for (int i = 0; i < kRowsPerThread; ++i)
+          x[c][i] = xs[c][el][tx + kRowThreads * i];  // consecutive lanes, consecutive rows: no bank conflicts
 #pragma unroll
-      for (int c = 0; c < 2; ++c)
+      for (int t = 0; t < T; ++t)
+#pragma unroll
+        for (int j = 0; j < kColsPerThread; ++j) y[t][j] = ys[t][el][ty * kColsPerThread + j];
+#pragma unroll
+      for (int c = 0; c < R; ++c)
 #pragma unroll
         for (int i = 0; i < kRowsPerThread; ++i)
 #pragma unroll
           for (int j = 0; j < kColsPerThread; ++j) {
-            float2& d = acc[c][i][j];
-            d.x = fmaf(x[c][i].x, y[j].x, d.x);
-            d.x = fmaf(-x[c][i].y, y[j].y, d.x);
-            d.y = fmaf(x[c][i].x, y[j].y, d.y);
-            d.y = fmaf(x[c][i].y, y[j].x, d.y);
+            float2& d = acc[c < 1 ? 0 : 1][i][j];  // row operands 1 and 2 both sum into B
+            const float2 w = y[c < T ? c : T - 1][j];
+            d.x = fmaf(x[c][i].x, w.x, d.x);
+            d.x = fmaf(-x[c][i].y, w.y, d.x);
+            d.y = fmaf(x[c][i].x, w.y, d.y);
+            d.y = fmaf(x[c][i].y, w.x, d.y);
           }
     }
     __syncthreads();
@@ -129,6 +197,7 @@ namespace {
 class FourierEngine final : public SpectralEngine {
  public:
   std::string name() const override { return "cuda-fourier"; }
+  bool supports_fractional() const override { return true; }
 
  protected:
   void prepare(SpectralState&) override {}
@@ -141,6 +210,8 @@ class FourierEngine final : public SpectralEngine {
     p.root_y = s.root_y.data();
     p.sx = s.shift_x.data();
     p.sy = s.shift_y.data();
+    p.fx = s.fractional ? s.frac_x.data() : nullptr;
+    p.fy = s.fractional ? s.frac_y.data() : nullptr;
     p.nx = g.nx, p.ny = g.ny, p.nyh = g.nyh, p.exposures = s.exposures, p.va = s.va;
     p.b_begin = b_begin;
     p.rows = (b_end - b_begin) * g.nyh;
@@ -154,7 +225,8 @@ class FourierEngine final : public SpectralEngine {
     const dim3 block(phase_sum::kRowThreads, col_threads);
     const dim3 grid(unsigned((p.rows + phase_sum::kRows - 1) / phase_sum::kRows), unsigned(column_blocks),
                     unsigned(g.nx));
-    phase_sum::phase_sum_kernel<<<grid, block, 0, s.stream>>>(p);
+    if (s.fractional) phase_sum::phase_sum_kernel<true><<<grid, block, 0, s.stream>>>(p);
+    else phase_sum::phase_sum_kernel<false><<<grid, block, 0, s.stream>>>(p);
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 };

@@ -77,6 +77,16 @@ void upload_stack(SpectralState& s, const EncodedStack& stack) {
   s.psi_weight.upload(stack.psi_weight, s.stream);
   s.phi_weight.upload(stack.phi_weight, s.stream);
   s.exceptions.upload(stack.exceptions, s.stream);
+  std::vector<float> covariances;
+  if (!stack.cov_right.empty()) {
+    const std::size_t planes = stack.plane_size() * stack.exposures;
+    for (const auto* cov : {&stack.cov_right, &stack.cov_down, &stack.cov_diag, &stack.cov_antidiag}) {
+      require(cov->size() == planes, "encoded stack covariance planes have " + std::to_string(cov->size()) +
+                                         " values, expected " + std::to_string(planes));
+      covariances.insert(covariances.end(), cov->begin(), cov->end());
+    }
+  }
+  s.covariances.upload(covariances, s.stream);
   SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   s.stack_id = stack.id;
 }
@@ -84,71 +94,6 @@ void upload_stack(SpectralState& s, const EncodedStack& stack) {
 namespace {
 
 constexpr int kTile = 32;  // transpose tiles: 32 x 32 pixels, 32 x 8 threads
-
-struct DecodeInputs {
-  Encoding encoding;
-  const unsigned char* payload;
-  const float* psi_weight;
-  const float* phi_weight;
-  const EncodingException* exceptions;
-  int exception_count;
-  int width, height;
-};
-
-// One decoded sample, weighted; informative = it counts in the reference's B (valid, weighted
-// phi > 0). Mirrors decode() in encoding.cpp.
-__device__ void decode_sample(const DecodeInputs& in, int e, int x, int y, float& psi, float& phi,
-                              bool& informative) {
-  const std::size_t pixel = std::size_t(y) * in.width + x;
-  const std::size_t i = std::size_t(e) * in.width * in.height + pixel;
-  float p = 0, f = 0;
-  bool valid = true;
-  switch (in.encoding) {
-    case Encoding::fp32: {
-      const float2 pair = reinterpret_cast<const float2*>(in.payload)[i];
-      p = pair.x, f = pair.y;
-      break;
-    }
-    case Encoding::fp16: {
-      const __half2 pair = reinterpret_cast<const __half2*>(in.payload)[i];
-      p = __low2float(pair), f = __high2float(pair);
-      break;
-    }
-    case Encoding::int8: {
-      const char2 pair = reinterpret_cast<const char2*>(in.payload)[i];
-      const int code = pair.x;
-      if (code == int8_codes::psi_invalid) {
-        valid = false;
-        break;
-      }
-      f = float(static_cast<unsigned char>(pair.y));
-      if (code == int8_codes::psi_exception) {
-        // Exceptions are sorted by (exposure, pixel): binary search.
-        int lo = 0, hi = in.exception_count;
-        while (lo < hi) {
-          const int mid = (lo + hi) / 2;
-          const EncodingException& m = in.exceptions[mid];
-          const bool before = m.exposure != unsigned(e) ? m.exposure < unsigned(e) : m.pixel < unsigned(pixel);
-          if (before) lo = mid + 1;
-          else hi = mid;
-        }
-        if (lo < in.exception_count && in.exceptions[lo].exposure == unsigned(e) &&
-            in.exceptions[lo].pixel == unsigned(pixel))
-          p = in.exceptions[lo].psi;
-        else
-          valid = false;  // the host encoder never writes this; treat as no data
-      } else {
-        p = float(code);
-      }
-      break;
-    }
-  }
-  valid = valid && f > 0;
-  psi = valid ? in.psi_weight[e] * p : 0.0f;
-  phi = valid ? in.phi_weight[e] * f : 0.0f;
-  informative = valid && phi > 0;
-  if (!informative) psi = phi = 0.0f;
-}
 
 // Reads 32 x 32 pixel tiles along x, writes the padded planes [c][e][x][y] along y (transposed),
 // the bitmap words, and the smallest positive weighted phi. Grid: (y tiles of ny, x tiles of nx, E).
@@ -187,6 +132,52 @@ __global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int
     smallest = fminf(smallest, __shfl_xor_sync(0xffffffffu, smallest, offset));
   // Positive floats order like their bit patterns.
   if (tx == 0 && smallest < __int_as_float(0x7f800000)) atomicMin(floor_bits, __float_as_uint(smallest));
+}
+
+// Fractional shifts: the covariance channels of the bilinear variance (SPEC 2), weighted by
+// phi_weight, each nonzero only where both samples of its pair are informative (the reference
+// adds a pair's covariance only when both corners count), written like the decoded planes:
+// channel 2 Cov(p, p + x), 3 Cov(p, p + y), 4 Cov(p, p + x + y) + Cov(p + x, p + y), where the
+// pair's first corner is p. Grid: (y tiles of ny, x tiles of nx, E); 32 x 8 threads.
+__global__ void covariance_planes_kernel(const float* covariances, const float* phi_weight, int exposures,
+                                         int width, int height, int nx, int ny, int pitch,
+                                         const std::uint32_t* informative_bits, int words_per_column,
+                                         float* planes) {
+  __shared__ float tile[3][kTile][kTile + 1];
+  const int e = blockIdx.z, x0 = blockIdx.y * kTile, y0 = blockIdx.x * kTile;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const std::size_t image = std::size_t(width) * height;
+  auto informative = [&](int x, int y) {
+    if (x >= width || y >= height) return false;
+    const std::uint32_t word = informative_bits[(std::size_t(e) * width + x) * words_per_column + (y >> 5)];
+    return ((word >> (y & 31)) & 1u) != 0;
+  };
+  auto cov = [&](int plane, int x, int y) {
+    return covariances[(std::size_t(plane) * exposures + e) * image + std::size_t(y) * width + x];
+  };
+  const float weight = phi_weight[e];
+  for (int j = ty; j < kTile; j += blockDim.y) {
+    const int x = x0 + tx, y = y0 + j;
+    float right = 0, down = 0, diagonals = 0;
+    if (x < width && y < height) {
+      const bool here = informative(x, y), east = informative(x + 1, y), south = informative(x, y + 1);
+      if (here && east) right = __fmul_rn(weight, cov(0, x, y));
+      if (here && south) down = __fmul_rn(weight, cov(1, x, y));
+      if (here && informative(x + 1, y + 1)) diagonals = __fmul_rn(weight, cov(2, x, y));
+      if (east && south) diagonals += __fmul_rn(weight, cov(3, x, y));
+    }
+    tile[0][j][tx] = right;
+    tile[1][j][tx] = down;
+    tile[2][j][tx] = diagonals;
+  }
+  __syncthreads();
+  const std::size_t plane = std::size_t(nx) * pitch;
+  for (int i = ty; i < kTile; i += blockDim.y) {
+    const int x = x0 + i, y = y0 + tx;
+    if (x >= nx || y >= ny) continue;
+    for (int c = 0; c < 3; ++c)
+      planes[(std::size_t(2 + c) * exposures + e) * plane + std::size_t(x) * pitch + y] = tile[c][tx][i];
+  }
 }
 
 // Largest |spectrum| per frequency and channel over exposures. Threads over frequencies.
@@ -244,20 +235,28 @@ void forward_transforms(SpectralState& s) {
   const int E = s.exposures, pitch = 2 * g.nyh;
   s.words_per_column = (g.height + 31) / 32;
   s.informative.reserve(std::size_t(E) * g.width * s.words_per_column);
-  s.spectra.reserve(std::size_t(2) * E * g.nx * g.nyh);  // = the real planes' floats / 2
+  s.spectra.reserve(std::size_t(s.input_channels()) * E * g.nx * g.nyh);  // = the real planes' floats / 2
   s.floor_bits.reserve(1);
   const unsigned int inf_bits = 0x7f800000u;
   SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.floor_bits.data(), &inf_bits, sizeof inf_bits,
                                         cudaMemcpyHostToDevice, s.stream));
-  DecodeInputs in{s.encoding, s.payload.data(), s.psi_weight.data(), s.phi_weight.data(),
-                  s.exceptions.data(), int(s.exceptions.size()), g.width, g.height};
+  const DecodeInputs in = decode_inputs(s);
   const dim3 block(kTile, 8), grid((g.ny + kTile - 1) / kTile, (g.nx + kTile - 1) / kTile, E);
   decode_planes_kernel<<<grid, block, 0, s.stream>>>(in, E, g.nx, g.ny, pitch,
                                                      reinterpret_cast<float*>(s.spectra.data()),
                                                      s.informative.data(), s.words_per_column,
                                                      s.floor_bits.data());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
-  s.forward_plan.make(g.nx, g.ny, 2 * E, true, s.stream);
+  if (s.fractional) {
+    require(s.covariances.size() == 4 * std::size_t(E) * g.width * g.height,
+            "fractional shifts need the covariance planes of the stack (SPEC 2)");
+    covariance_planes_kernel<<<grid, block, 0, s.stream>>>(s.covariances.data(), s.phi_weight.data(), E, g.width,
+                                                           g.height, g.nx, g.ny, pitch, s.informative.data(),
+                                                           s.words_per_column,
+                                                           reinterpret_cast<float*>(s.spectra.data()));
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
+  s.forward_plan.make(g.nx, g.ny, s.input_channels() * E, true, s.stream);
   SHIFTSTACK_CUFFT_CHECK(cufftExecR2C(s.forward_plan.handle(), reinterpret_cast<cufftReal*>(s.spectra.data()),
                                       reinterpret_cast<cufftComplex*>(s.spectra.data())));
 }

@@ -4,7 +4,8 @@
 //
 // Layouts (c = channel: 0 psi, 1 phi; the halved transform axis is y, see tc_emulation.hpp):
 //   spectra          [c][e][mx][my]  complex FP32, my < nyh (in place over the padded real
-//                                    planes [c][e][x][2 nyh])
+//                                    planes [c][e][x][2 nyh]); fractional shifts add the
+//                                    covariance channels 2 right, 3 down, 4 diagonal + antidiagonal
 //   half_spectra     [mx][my < nyh_pad][e < E_pad] uint2: (psi half2, phi half2), each divided by
 //                                    its channel's largest magnitude at that frequency
 //   scales           [c][mx][my]     that largest magnitude (1 where the spectrum is zero)
@@ -127,6 +128,7 @@ struct DigestPartial {
   double sumA, sumB;
   double maxZ;
   long long scored, count, clamped;
+  long long recomputed;  // fractional shifts: trials whose FFT-route B fell below the floor, gathered exactly
   long long argmax_velocity;  // global velocity index, -1 when nothing was scored
   int argmax_x, argmax_y;
 };
@@ -153,6 +155,9 @@ struct SpectralState {
   DeviceArray<unsigned char> payload;
   DeviceArray<float> psi_weight, phi_weight;
   DeviceArray<EncodingException> exceptions;
+  // Fractional shifts: the covariance planes [cov_right, cov_down, cov_diag, cov_antidiag][e][y][x]
+  // as the encoder wrote them (decoded-phi units, before phi_weight).
+  DeviceArray<float> covariances;
 
   // This search.
   FourierGeometry geometry;
@@ -163,8 +168,12 @@ struct SpectralState {
   OutputPolicy policy;
   double z_thr = 0;
 
+  // Integer shifts: round(s). Fractional shifts: floor(s), with the fraction s - floor(s) of
+  // bilinear sampling in frac_x, frac_y (corners floor(s) and floor(s) + 1 on each axis).
+  bool fractional = false;
   SeparableShifts shifts;                      // host copy
   DeviceArray<std::int32_t> shift_x, shift_y;  // [a][E], [b][E]
+  DeviceArray<float> frac_x, frac_y;           // [a][E], [b][E]; fractional only
   DeviceArray<std::uint32_t> informative;      // bit y%32 of word [e][x][y/32]: the sample counts
   // Exposures by |t_e - t_ref|, nearest first: where the shifts are smallest, so the search for
   // one informative sample of a trial ends at its first probe almost always (edge trials too).
@@ -208,11 +217,86 @@ struct SpectralState {
   SpectralState& operator=(const SpectralState&) = delete;
 
   std::int64_t frequencies() const { return geometry.frequencies(); }
+  // Planes transformed per exposure: psi and phi, plus three covariance channels for fractional
+  // shifts (the bilinear variance is linear in phi and the neighbour covariances, SPEC 2).
+  int input_channels() const { return fractional ? 5 : 2; }
   // Complex values between the two channels of a chunk of `rows` velocity rows.
   std::size_t channel_stride(int rows) const { return std::size_t(rows) * va * frequencies(); }
   // Normalization of the unnormalized inverse transform, folded into the contraction's output.
   float inverse_norm() const { return float(1.0 / (double(geometry.nx) * geometry.ny)); }
 };
+
+// --- the encoded stack, decoded on the device ---------------------------------------------------------
+
+struct DecodeInputs {
+  Encoding encoding;
+  const unsigned char* payload;
+  const float* psi_weight;
+  const float* phi_weight;
+  const EncodingException* exceptions;
+  int exception_count;
+  int width, height;
+};
+
+// One decoded sample, weighted; informative = it counts in the reference's B (valid, weighted
+// phi > 0). Mirrors decode() in encoding.cpp.
+__device__ inline void decode_sample(const DecodeInputs& in, int e, int x, int y, float& psi, float& phi,
+                              bool& informative) {
+  const std::size_t pixel = std::size_t(y) * in.width + x;
+  const std::size_t i = std::size_t(e) * in.width * in.height + pixel;
+  float p = 0, f = 0;
+  bool valid = true;
+  switch (in.encoding) {
+    case Encoding::fp32: {
+      const float2 pair = reinterpret_cast<const float2*>(in.payload)[i];
+      p = pair.x, f = pair.y;
+      break;
+    }
+    case Encoding::fp16: {
+      const __half2 pair = reinterpret_cast<const __half2*>(in.payload)[i];
+      p = __low2float(pair), f = __high2float(pair);
+      break;
+    }
+    case Encoding::int8: {
+      const char2 pair = reinterpret_cast<const char2*>(in.payload)[i];
+      const int code = pair.x;
+      if (code == int8_codes::psi_invalid) {
+        valid = false;
+        break;
+      }
+      f = float(static_cast<unsigned char>(pair.y));
+      if (code == int8_codes::psi_exception) {
+        // Exceptions are sorted by (exposure, pixel): binary search.
+        int lo = 0, hi = in.exception_count;
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          const EncodingException& m = in.exceptions[mid];
+          const bool before = m.exposure != unsigned(e) ? m.exposure < unsigned(e) : m.pixel < unsigned(pixel);
+          if (before) lo = mid + 1;
+          else hi = mid;
+        }
+        if (lo < in.exception_count && in.exceptions[lo].exposure == unsigned(e) &&
+            in.exceptions[lo].pixel == unsigned(pixel))
+          p = in.exceptions[lo].psi;
+        else
+          valid = false;  // the host encoder never writes this; treat as no data
+      } else {
+        p = float(code);
+      }
+      break;
+    }
+  }
+  valid = valid && f > 0;
+  psi = valid ? in.psi_weight[e] * p : 0.0f;
+  phi = valid ? in.phi_weight[e] * f : 0.0f;
+  informative = valid && phi > 0;
+  if (!informative) psi = phi = 0.0f;
+}
+
+inline DecodeInputs decode_inputs(SpectralState& s) {
+  return DecodeInputs{s.encoding, s.payload.data(), s.psi_weight.data(), s.phi_weight.data(),
+                      s.exceptions.data(), int(s.exceptions.size()), s.geometry.width, s.geometry.height};
+}
 
 // --- stages shared by the engines (spectra.cu) ------------------------------------------------------
 

@@ -17,9 +17,10 @@ std::string SpectralEngine::unsupported_reason(const SearchInput& input) const {
   if (!bank.is_cartesian())
     return "the Fourier route needs a Cartesian velocity grid (vx axis x vy axis): only there does "
            "the phase of a shift factor into one table per axis";
-  if (bank.mode != ShiftMode::integer)
-    return "fractional shifts: the Fourier route would sample a band-limited interpolant of psi whose "
-           "variance is not B (SPEC 2); the exact normalization is not implemented, use a gather engine";
+  if (bank.mode != ShiftMode::integer && !supports_fractional())
+    return "fractional shifts: this engine's FP16 operands hold unit-root phases and two channels; the "
+           "bilinear route (modified axis tables, covariance channels for the exact B of SPEC 2) runs "
+           "in cuda-fourier and the gather engines";
   if (input.policy.top_k > kMaxTopK)
     return "top_k of " + std::to_string(input.policy.top_k) + " per origin: at most " +
            std::to_string(kMaxTopK) + " are kept";
@@ -34,6 +35,27 @@ double elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
   float ms = 0;
   SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&ms, from, to));
   return ms;
+}
+
+// Fractional shifts per axis value and exposure: floor(s) into `floors`, s - floor(s) into
+// `fractions`; s exactly as MotionBank::shift_x/shift_y compute it.
+void split_fractional(const std::vector<double>& axis, const MotionBank& bank, bool along_x,
+                        std::vector<std::int32_t>& floors, std::vector<float>& fractions) {
+  const int E = bank.exposures();
+  floors.resize(axis.size() * E);
+  fractions.resize(axis.size() * E);
+  for (std::size_t i = 0; i < axis.size(); ++i)
+    for (int e = 0; e < E; ++e) {
+      const double shift = axis[i] * bank.dt(e) + (along_x ? bank.curve_at_x(e) : bank.curve_at_y(e));
+      double whole = std::floor(shift);
+      float f = float(shift - whole);
+      // A fraction within half a float step of 1 (shifts a rounding error below a whole pixel,
+      // e.g. 3.9999999999999996) is the next pixel: the reference's x + s rounds to it too, and
+      // the kernels' weight 1 - f of the lower corner would be 0 while its sample still counted.
+      if (f >= 1.0f) whole += 1, f = 0.0f;
+      floors[i * E + e] = std::int32_t(whole);
+      fractions[i * E + e] = f;
+    }
 }
 
 void upload_roots(SpectralState& s) {
@@ -63,8 +85,28 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   const EncodedStack& stack = *input.stack;
   const MotionBank& bank = *input.bank;
 
-  s.shifts = integer_shifts(bank);
-  s.geometry = fourier_geometry(stack.width, stack.height, s.shifts);
+  s.fractional = bank.mode == ShiftMode::fractional;
+  require(!s.fractional || !stack.cov_right.empty(),
+          "engine '" + name() + "': fractional shifts need the stack's covariance planes (SPEC 2): compute the "
+          "likelihood with covariances");
+  if (s.fractional) {
+    std::vector<float> fx, fy;
+    s.shifts.exposures = bank.exposures();
+    split_fractional(bank.vx_axis, bank, true, s.shifts.x, fx);
+    split_fractional(bank.vy_axis, bank, false, s.shifts.y, fy);
+    s.frac_x.upload(fx, s.stream);
+    s.frac_y.upload(fy, s.stream);
+    s.geometry = fourier_geometry(stack.width, stack.height, s.shifts);
+    // The second corner sits one pixel beyond floor(s): pad for it.
+    s.geometry.max_sx += 1;
+    s.geometry.max_sy += 1;
+    s.geometry.nx = padded_fourier_size(stack.width, s.geometry.min_sx, s.geometry.max_sx);
+    s.geometry.ny = padded_fourier_size(stack.height, s.geometry.min_sy, s.geometry.max_sy);
+    s.geometry.nyh = s.geometry.ny / 2 + 1;
+  } else {
+    s.shifts = integer_shifts(bank);
+    s.geometry = fourier_geometry(stack.width, stack.height, s.shifts);
+  }
   const FourierGeometry& g = s.geometry;
   s.exposures = stack.exposures;
   s.exposures_padded = round_up(stack.exposures, 32);
@@ -91,7 +133,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
 
   // Device memory: the forward spectra stay for the whole scan; velocity rows are processed in
   // chunks whose spectra (and the engine's own per-row buffers) fit in what is left.
-  s.spectra.reserve(std::size_t(2) * s.exposures * g.nx * g.nyh);
+  s.spectra.reserve(std::size_t(s.input_channels()) * s.exposures * g.nx * g.nyh);
   s.partials.reserve(std::size_t(V));
   s.candidate_count.reserve(1);
   SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.candidate_count.data(), 0, sizeof(unsigned long long), s.stream));
@@ -104,7 +146,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   {
     std::size_t free_bytes = 0, total_bytes = 0;
     SHIFTSTACK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const double fixed = 2.0 * s.exposures * g.nx * g.nyh * 8 + double(g.nx) * (s.nyh_padded + 16) * s.exposures_padded * 8;
+    const double fixed = double(s.input_channels()) * s.exposures * g.nx * g.nyh * 8 + double(g.nx) * (s.nyh_padded + 16) * s.exposures_padded * 8;
     const double budget = std::min(0.6 * (double(free_bytes) - fixed), 24e9);
     const double per_row = 2.0 * s.va * g.nx * g.nyh * 8 + bytes_per_row(s);
     int rows = int(std::floor(budget / per_row)) / granularity * granularity;
@@ -120,7 +162,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
     s.chunk_events.push_back(e);
   }
   // Plans before the clock starts (made once per shape).
-  s.forward_plan.make(g.nx, g.ny, 2 * s.exposures, true, s.stream);
+  s.forward_plan.make(g.nx, g.ny, s.input_channels() * s.exposures, true, s.stream);
   for (int b = 0; b < s.vb; b += s.chunk_rows) {
     const int rows = std::min(s.chunk_rows, s.vb - b);
     auto& plan = s.inverse_plans[2 * rows * s.va];
@@ -169,6 +211,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   s.host_partials = s.partials.download(s.stream);
   for (const DigestPartial& p : s.host_partials) {
     d.clamped_trials += p.clamped;
+    d.recomputed_trials += p.recomputed;
     Digest part;
     part.z_thr = s.z_thr;
     part.sumA = p.sumA;

@@ -31,6 +31,9 @@ struct SpectralDiagnostics {
   double useful_flops = 0;          // SPEC 6: 16 F E V for both channels
   int velocity_chunks = 0;          // passes over the velocity rows (memory budget)
   std::int64_t clamped_trials = 0;  // scored trials whose FFT-route B fell below the floor
+  // Fractional shifts: the exact B of a trial can undercut any floor (small corner weights), so
+  // trials whose FFT-route B falls below it are not clamped but gathered exactly on the device.
+  std::int64_t recomputed_trials = 0;
   float b_floor = 0;                // smallest positive weighted phi: a lower bound of any scored B
   SpectralStageTimes times;
   double contraction_tflops() const {
@@ -55,6 +58,9 @@ class SpectralEngine : public Engine {
   virtual void prepare(SpectralState& state) = 0;
   // Fills state.velocity_spectra for velocity rows b in [b_begin, b_end) (all a).
   virtual void contract(SpectralState& state, int b_begin, int b_end) = 0;
+  // Fractional shifts (bilinear, exact B from the covariance channels): engines that implement
+  // the five-channel contraction say so.
+  virtual bool supports_fractional() const { return false; }
   // Velocity rows per chunk are a multiple of this.
   virtual int row_granularity() const { return 1; }
   // Extra device bytes per velocity row of a chunk (materialized operands and the like).

@@ -26,18 +26,41 @@ struct ScoreInputs {
   const std::uint32_t* informative;
   int words_per_column, width, height;
   const unsigned int* floor_bits;  // smallest positive weighted phi (float bits), found on the device
+  const float* fx;  // [a][E] fractional shifts: s - floor(s) (sx, sy hold the floors); else null
+  const float* fy;  // [b][E]
+  // Fractional shifts: what the exact gather of a trial reads (below-floor trials).
+  DecodeInputs decode;
+  const float* covariances;  // [right, down, diag, antidiag][e][y][x], decoded-phi units
 };
+
+// Is pixel (px, py) of exposure e inside the image and informative?
+__device__ __forceinline__ bool informative_pixel(const std::uint32_t* informative, int words_per_column, int width,
+                                                  int height, int e, int px, int py) {
+  if (px < 0 || py < 0 || px >= width || py >= height) return false;
+  const std::uint32_t word = __ldg(informative + (std::size_t(e) * width + px) * words_per_column + (py >> 5));
+  return (word >> (py & 31)) & 1u;
+}
+
+// Does the sample of exposure e at (px, py) count? Integer shifts: that pixel. Fractional shifts
+// (wide / tall: a nonzero fraction along x / y): any bilinear corner of nonzero weight, as in the
+// reference, where a zero-weight corner is skipped.
+__device__ __forceinline__ bool sample_counts(const std::uint32_t* informative, int words_per_column, int width,
+                                              int height, int e, int px, int py, bool wide, bool tall) {
+  return informative_pixel(informative, words_per_column, width, height, e, px, py) ||
+         (wide && informative_pixel(informative, words_per_column, width, height, e, px + 1, py)) ||
+         (tall && informative_pixel(informative, words_per_column, width, height, e, px, py + 1)) ||
+         (wide && tall && informative_pixel(informative, words_per_column, width, height, e, px + 1, py + 1));
+}
 
 // Exact: does any sample of this trial carry information? Trials with none have B = 0 in the
 // gather and are not scored; the FFT route's B there is rounding noise, so it is not used to
 // decide. Probing the exposures nearest t_ref first (smallest shifts), almost every trial answers
 // at its first probe; in stack order, trials near an edge moving outward probed hundreds.
+// sx, sy, fx, fy: the trial's rows of the shift tables (fx, fy null for integer shifts).
 __device__ __forceinline__ bool informative_at(const ScoreInputs& in, const std::int32_t* sx, const std::int32_t* sy,
-                                               int e, int x, int y) {
-  const int px = x + sx[e], py = y + sy[e];
-  if (px < 0 || py < 0 || px >= in.width || py >= in.height) return false;
-  const std::uint32_t word = in.informative[(std::size_t(e) * in.width + px) * in.words_per_column + (py >> 5)];
-  return (word >> (py & 31)) & 1u;
+                                               const float* fx, const float* fy, int e, int x, int y) {
+  return sample_counts(in.informative, in.words_per_column, in.width, in.height, e, x + sx[e], y + sy[e],
+                       fx && fx[e] > 0, fy && fy[e] > 0);
 }
 
 // The exposure nearest t_ref first (interior origins), then the velocity's extreme-shift
@@ -46,24 +69,72 @@ __device__ __forceinline__ bool informative_at(const ScoreInputs& in, const std:
 __device__ bool has_informative_sample(const ScoreInputs& in, int a, int b, int x, int y) {
   const std::int32_t* sx = in.sx + std::size_t(a) * in.exposures;
   const std::int32_t* sy = in.sy + std::size_t(b) * in.exposures;
-  if (informative_at(in, sx, sy, __ldg(in.probe_order), x, y)) return true;
+  const float* fx = in.fx ? in.fx + std::size_t(a) * in.exposures : nullptr;
+  const float* fy = in.fy ? in.fy + std::size_t(b) * in.exposures : nullptr;
+  if (informative_at(in, sx, sy, fx, fy, __ldg(in.probe_order), x, y)) return true;
   const std::int32_t* extremes = in.extreme_probes + (std::size_t(b) * in.va + a) * SpectralState::kExtremeProbes;
   for (int k = 0; k < SpectralState::kExtremeProbes; ++k)
-    if (informative_at(in, sx, sy, __ldg(extremes + k), x, y)) return true;
+    if (informative_at(in, sx, sy, fx, fy, __ldg(extremes + k), x, y)) return true;
   for (int k = 1; k < in.exposures; ++k)
-    if (informative_at(in, sx, sy, __ldg(in.probe_order + k), x, y)) return true;
+    if (informative_at(in, sx, sy, fx, fy, __ldg(in.probe_order + k), x, y)) return true;
   return false;
 }
 
-// A and B of a scored trial; B below the floor (the smallest positive weighted phi, which the
-// exact B of a trial with an informative sample cannot undercut) is raised to it.
-__device__ void trial_sums(const ScoreInputs& in, int v_local, int x, int y, float& A, float& B, bool& clamped) {
+// Fractional shifts: A and B of trial (a, b) at origin (x, y) gathered exactly, as the reference
+// engine does: bilinear weights of the four corners, a corner counting when its weight is nonzero
+// and its sample informative, B = sum_ij w_i w_j Cov(psi_i, psi_j) (SPEC 2). Double sums.
+__device__ void exact_bilinear_sums(const ScoreInputs& in, int a, int b, int x, int y, float& A, float& B) {
+  const std::size_t image = std::size_t(in.width) * in.height;
+  double sum_a = 0, sum_b = 0;
+  for (int e = 0; e < in.exposures; ++e) {
+    const int ix = x + in.sx[std::size_t(a) * in.exposures + e], iy = y + in.sy[std::size_t(b) * in.exposures + e];
+    if (ix < -1 || iy < -1 || ix >= in.width || iy >= in.height) continue;  // no corner inside
+    const double f = in.fx[std::size_t(a) * in.exposures + e], g = in.fy[std::size_t(b) * in.exposures + e];
+    const double w[4] = {(1 - f) * (1 - g), f * (1 - g), (1 - f) * g, f * g};
+    const int cx[4] = {ix, ix + 1, ix, ix + 1}, cy[4] = {iy, iy, iy + 1, iy + 1};
+    bool valid[4];
+    for (int c = 0; c < 4; ++c) {
+      valid[c] = false;
+      if (w[c] == 0 || cx[c] < 0 || cy[c] < 0 || cx[c] >= in.width || cy[c] >= in.height) continue;
+      float psi, phi;
+      decode_sample(in.decode, e, cx[c], cy[c], psi, phi, valid[c]);
+      sum_a += w[c] * psi;
+      sum_b += w[c] * w[c] * phi;
+    }
+    const double weight = in.decode.phi_weight[e];
+    auto cov = [&](int plane, int px, int py) {
+      return weight * in.covariances[(std::size_t(plane) * in.exposures + e) * image + std::size_t(py) * in.width + px];
+    };
+    if (valid[0] && valid[1]) sum_b += 2 * w[0] * w[1] * cov(0, ix, iy);
+    if (valid[2] && valid[3]) sum_b += 2 * w[2] * w[3] * cov(0, ix, iy + 1);
+    if (valid[0] && valid[2]) sum_b += 2 * w[0] * w[2] * cov(1, ix, iy);
+    if (valid[1] && valid[3]) sum_b += 2 * w[1] * w[3] * cov(1, ix + 1, iy);
+    if (valid[0] && valid[3]) sum_b += 2 * w[0] * w[3] * cov(2, ix, iy);
+    if (valid[1] && valid[2]) sum_b += 2 * w[1] * w[2] * cov(3, ix, iy);
+  }
+  A = float(sum_a);
+  B = float(sum_b);
+}
+
+// A and B of a scored trial (a, b) at origin (x, y). B below the floor (the smallest positive
+// weighted phi): with integer shifts, where the exact B of a trial with an informative sample
+// cannot undercut it, B is raised to it (clamped); with fractional shifts, where small corner
+// weights can, the trial is gathered exactly instead (recomputed).
+__device__ void trial_sums(const ScoreInputs& in, int v_local, int a, int b, int x, int y, float& A, float& B,
+                           bool& clamped, bool& recomputed) {
   const std::size_t at = std::size_t(v_local) * in.velocity_stride + std::size_t(x) * in.pitch + y;
   A = in.real[at];
   B = in.real[in.channel_stride + at];
   const float b_floor = __uint_as_float(__ldg(in.floor_bits));
-  clamped = !(B >= b_floor);
-  if (clamped) B = b_floor;
+  clamped = recomputed = false;
+  if (B >= b_floor) return;
+  if (in.fx) {
+    exact_bilinear_sums(in, a, b, x, y, A, B);
+    recomputed = true;
+  } else {
+    B = b_floor;
+    clamped = true;
+  }
 }
 
 __device__ void merge_partial(DigestPartial& into, const DigestPartial& other) {
@@ -72,6 +143,7 @@ __device__ void merge_partial(DigestPartial& into, const DigestPartial& other) {
   into.scored += other.scored;
   into.count += other.count;
   into.clamped += other.clamped;
+  into.recomputed += other.recomputed;
   if (other.argmax_velocity < 0) return;
   const bool better =
       into.argmax_velocity < 0 || other.maxZ > into.maxZ ||
@@ -92,17 +164,17 @@ struct Probes {
   int exposure[1 + SpectralState::kExtremeProbes];
   int sx[1 + SpectralState::kExtremeProbes];
   int sy[1 + SpectralState::kExtremeProbes];
+  bool wide[1 + SpectralState::kExtremeProbes];  // fractional: the x + 1 corners count
+  bool tall[1 + SpectralState::kExtremeProbes];  // fractional: the y + 1 corners count
 };
 
 // True when one of the block's probes finds an informative sample; false means "not found yet".
 __device__ bool probes_hit(const ScoreInputs& in, const Probes& probes, int x, int y) {
 #pragma unroll
   for (int k = 0; k < 1 + SpectralState::kExtremeProbes; ++k) {
-    const int px = x + probes.sx[k], py = y + probes.sy[k];
-    if (px < 0 || py < 0 || px >= in.width || py >= in.height) continue;
-    const std::uint32_t word =
-        __ldg(in.informative + (std::size_t(probes.exposure[k]) * in.width + px) * in.words_per_column + (py >> 5));
-    if ((word >> (py & 31)) & 1u) return true;
+    if (sample_counts(in.informative, in.words_per_column, in.width, in.height, probes.exposure[k], x + probes.sx[k],
+                      y + probes.sy[k], probes.wide[k], probes.tall[k]))
+      return true;
   }
   return false;
 }
@@ -117,17 +189,18 @@ constexpr int kHardQueue = 96;
 struct HardTrial {
   int x, y;
   float A, B;
-  int clamped;
+  int clamped, recomputed;
 };
 
 __device__ void offer(DigestPartial& mine, long long velocity, int x, int y, float A, float B, bool clamped,
-                      double z_thr, bool collect, double candidate_threshold, DeviceCandidate* candidates,
-                      unsigned long long* candidate_count, unsigned long long capacity) {
+                      bool recomputed, double z_thr, bool collect, double candidate_threshold,
+                      DeviceCandidate* candidates, unsigned long long* candidate_count, unsigned long long capacity) {
   const double Z = double(A) / sqrt(double(B));
   mine.sumA += A;
   mine.sumB += B;
   ++mine.scored;
   mine.clamped += clamped;
+  mine.recomputed += recomputed;
   if (Z > z_thr) ++mine.count;
   // Same velocity throughout: ties go to the smaller (y, x).
   if (mine.argmax_velocity < 0 || Z > mine.maxZ ||
@@ -162,14 +235,18 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreInputs in, do
     probes.exposure[k] = e;
     probes.sx[k] = in.sx[std::size_t(a) * in.exposures + e];
     probes.sy[k] = in.sy[std::size_t(b) * in.exposures + e];
+    probes.wide[k] = in.fx && in.fx[std::size_t(a) * in.exposures + e] > 0;
+    probes.tall[k] = in.fy && in.fy[std::size_t(b) * in.exposures + e] > 0;
   }
   __syncthreads();
   __shared__ HardTrial hard[kWarps][kHardQueue];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const std::int32_t* sx = in.sx + std::size_t(a) * in.exposures;
   const std::int32_t* sy = in.sy + std::size_t(b) * in.exposures;
+  const float* fx = in.fx ? in.fx + std::size_t(a) * in.exposures : nullptr;
+  const float* fy = in.fy ? in.fy + std::size_t(b) * in.exposures : nullptr;
   int queued = 0;  // warp-uniform
-  DigestPartial mine{0, 0, -1e300, 0, 0, 0, -1, -1, -1};
+  DigestPartial mine{0, 0, -1e300, 0, 0, 0, 0, -1, -1, -1};
   auto drain = [&]() {
     __syncwarp();
     for (int t = 0; t < queued; ++t) {
@@ -177,11 +254,11 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreInputs in, do
       bool found = false;
       for (int k0 = 0; k0 < in.exposures && !found; k0 += 32) {
         const int k = k0 + lane;
-        found = __any_sync(0xffffffffu, k < in.exposures && informative_at(in, sx, sy, __ldg(in.probe_order + k), h.x, h.y));
+        found = __any_sync(0xffffffffu, k < in.exposures && informative_at(in, sx, sy, fx, fy, __ldg(in.probe_order + k), h.x, h.y));
       }
       if (found && lane == 0)
-        offer(mine, velocity, h.x, h.y, h.A, h.B, h.clamped != 0, z_thr, collect, candidate_threshold, candidates,
-              candidate_count, capacity);
+        offer(mine, velocity, h.x, h.y, h.A, h.B, h.clamped != 0, h.recomputed != 0, z_thr, collect,
+              candidate_threshold, candidates, candidate_count, capacity);
     }
     queued = 0;
     __syncwarp();
@@ -194,22 +271,24 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreInputs in, do
     const int y = in.ry0 + j;
     for (int i0 = 0; i0 < in.rw; i0 += kTrialsInFlight) {
       float A[kTrialsInFlight], B[kTrialsInFlight];
-      bool clamped[kTrialsInFlight];
+      bool clamped[kTrialsInFlight], recomputed[kTrialsInFlight];
 #pragma unroll
       for (int u = 0; u < kTrialsInFlight; ++u)
-        if (j < in.rh && i0 + u < in.rw) trial_sums(in, v_local, in.rx0 + i0 + u, y, A[u], B[u], clamped[u]);
+        if (j < in.rh && i0 + u < in.rw)
+          trial_sums(in, v_local, a, b, in.rx0 + i0 + u, y, A[u], B[u], clamped[u], recomputed[u]);
 #pragma unroll
       for (int u = 0; u < kTrialsInFlight; ++u) {
         const int x = in.rx0 + i0 + u;
         const bool inside = j < in.rh && i0 + u < in.rw;
         const bool hit = inside && probes_hit(in, probes, x, y);
         if (hit)
-          offer(mine, velocity, x, y, A[u], B[u], clamped[u], z_thr, collect, candidate_threshold, candidates,
-                candidate_count, capacity);
+          offer(mine, velocity, x, y, A[u], B[u], clamped[u], recomputed[u], z_thr, collect, candidate_threshold,
+                candidates, candidate_count, capacity);
         const bool hard_trial = inside && !hit;
         const unsigned ballot = __ballot_sync(0xffffffffu, hard_trial);
         if (hard_trial)
-          hard[warp][queued + __popc(ballot & ((1u << lane) - 1u))] = HardTrial{x, y, A[u], B[u], clamped[u]};
+          hard[warp][queued + __popc(ballot & ((1u << lane) - 1u))] =
+              HardTrial{x, y, A[u], B[u], clamped[u], recomputed[u]};
         queued += __popc(ballot);
         if (queued > kHardQueue - 32) drain();
       }
@@ -244,8 +323,8 @@ __global__ void top_k_kernel(ScoreInputs in, int velocities, int k, bool first_c
     const int a = v_local % in.va, b = in.b_begin + v_local / in.va;
     if (!has_informative_sample(in, a, b, x, y)) continue;
     float A, B;
-    bool clamped;
-    trial_sums(in, v_local, x, y, A, B, clamped);
+    bool clamped, recomputed;
+    trial_sums(in, v_local, a, b, x, y, A, B, clamped, recomputed);
     const float Z = float(double(A) / sqrt(double(B)));
     const int velocity = b * in.va + a;
     if (!better_entry(Z, velocity, list[k - 1])) continue;
@@ -332,6 +411,10 @@ void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
   in.width = g.width;
   in.height = g.height;
   in.floor_bits = s.floor_bits.data();
+  in.fx = s.fractional ? s.frac_x.data() : nullptr;
+  in.fy = s.fractional ? s.frac_y.data() : nullptr;
+  in.decode = decode_inputs(s);
+  in.covariances = s.fractional ? s.covariances.data() : nullptr;
   score_kernel<<<velocities, kScoreThreads, 0, s.stream>>>(
       in, s.z_thr, s.policy.collect_candidates, s.policy.candidate_threshold, s.candidates.data(),
       s.candidate_count.data(), s.candidates.size(), s.partials.data());
@@ -347,7 +430,8 @@ void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
 namespace {
 // Informative samples along each listed trial (the reference's obs_count).
 __global__ void observation_count_kernel(const int4* trials, int count, const std::int32_t* sx,
-                                         const std::int32_t* sy, int va, int exposures,
+                                         const std::int32_t* sy, const float* fx, const float* fy, int va,
+                                         int exposures,
                                          const std::uint32_t* informative, int words_per_column, int width,
                                          int height, int* counts) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -360,9 +444,9 @@ __global__ void observation_count_kernel(const int4* trials, int count, const st
   const int a = t.z % va, b = t.z / va;
   int observed = 0;
   for (int e = 0; e < exposures; ++e) {
-    const int px = t.x + sx[std::size_t(a) * exposures + e], py = t.y + sy[std::size_t(b) * exposures + e];
-    if (px < 0 || py < 0 || px >= width || py >= height) continue;
-    observed += (informative[(std::size_t(e) * width + px) * words_per_column + (py >> 5)] >> (py & 31)) & 1u;
+    const std::size_t ia = std::size_t(a) * exposures + e, ib = std::size_t(b) * exposures + e;
+    observed += sample_counts(informative, words_per_column, width, height, e, t.x + sx[ia], t.y + sy[ib],
+                              fx && fx[ia] > 0, fy && fy[ib] > 0);
   }
   counts[idx] = observed;
 }
@@ -376,7 +460,8 @@ std::vector<int> observation_counts(SpectralState& s, const std::vector<int4>& t
   list.upload(trials, s.stream);
   out.reserve(trials.size());
   observation_count_kernel<<<unsigned((trials.size() + 255) / 256), 256, 0, s.stream>>>(
-      list.data(), int(trials.size()), s.shift_x.data(), s.shift_y.data(), s.va, s.exposures,
+      list.data(), int(trials.size()), s.shift_x.data(), s.shift_y.data(),
+      s.fractional ? s.frac_x.data() : nullptr, s.fractional ? s.frac_y.data() : nullptr, s.va, s.exposures,
       s.informative.data(), s.words_per_column, s.geometry.width, s.geometry.height, out.data());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   counts = out.download(s.stream);

@@ -61,10 +61,11 @@ const Case& case_for(const std::string& workload_name, Encoding encoding, const 
   const std::string key = workload_name + "/" + to_string(encoding) + "/" + reference_engine;
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   Case c;
-  if (workload_name == "tiny") {
+  if (workload_name == "tiny" || workload_name == "tiny-fractional") {
     KitOptions o = workload("ci");
     o.exposures = 12, o.width = 64, o.height = 48, o.vx_count = 5, o.vy_count = 7;
     o.velocity_displacement = 6, o.curve_amplitude = 2;
+    if (workload_name == "tiny-fractional") o.shift_mode = ShiftMode::fractional;
     c.kit = make_kit(o);
   } else {
     c.kit = make_kit(workload(workload_name));
@@ -193,6 +194,78 @@ TEST(GpuFourier, TensorCoreMatchesCpuEmulation) {
   std::printf("  cuda-tc   %s\n  emulated  %s\n", describe(r.digest).c_str(), describe(emu.digest).c_str());
 }
 
+// Fractional shifts on cuda-fourier: bilinear A and the exact B from the covariance channels,
+// trial by trial against the reference gather (edges, masks, top-k, obs_count, a sub-region),
+// on a tiny stack (compute-sanitizer) and every encoding of `ci`.
+TEST(GpuFourier, FractionalShiftsMatchReference) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = case_for("tiny-fractional", Encoding::fp32, "reference");
+  ASSERT_EQ(c.kit.bank.mode, ShiftMode::fractional);
+  OutputPolicy policy = listing_policy(c.reference.digest.z_thr);
+  policy.top_k = 4;
+  auto reference = make_engine("reference");
+  const SearchResult ref = search(*reference, c.stack, c.kit.bank, policy);
+  auto engine = make_engine("cuda-fourier");
+  const SearchResult r = search(*engine, c.stack, c.kit.bank, policy);
+  Case view{c.kit, {}, ref, c.near_threshold};
+  expect_agreement("cuda-fourier", view, r, DigestTolerance::fp32());
+  EXPECT_EQ(diagnostics_of(*engine).clamped_trials, 0);
+  ASSERT_EQ(r.top_k.size(), ref.top_k.size());
+  std::size_t differing = 0, compared = 0;
+  for (std::size_t i = 0; i < r.top_k.size(); ++i) {
+    const Candidate &a = r.top_k[i], &b = ref.top_k[i];
+    if (a.velocity != b.velocity) {
+      ++differing;  // near-ties may swap
+      continue;
+    }
+    if (!std::isfinite(b.Z)) continue;
+    ++compared;
+    EXPECT_NEAR(a.Z, b.Z, 1e-4) << "top-k entry " << i;
+    EXPECT_NEAR(a.B, b.B, 1e-4 * b.B) << "top-k entry " << i;
+    EXPECT_NEAR(a.A, b.A, 1e-4 * std::sqrt(b.B)) << "top-k entry " << i;
+    EXPECT_EQ(a.obs_count, b.obs_count) << "top-k entry " << i;
+  }
+  EXPECT_GT(compared, r.top_k.size() / 2);
+  EXPECT_LE(differing, std::max<std::size_t>(2, r.top_k.size() / 200));
+  // Corner regions (edges on two sides; the top-left one holds a trial with no sample). Their
+  // sums of A stay far from zero, where a relative tolerance on the sum means something.
+  for (const Region& part : {Region{30, 26, 34, 22}, Region{0, 0, 24, 20}}) {
+    const SearchResult sub = search(*engine, c.stack, c.kit.bank, OutputPolicy{}, part);
+    const SearchResult sub_ref = search(*reference, c.stack, c.kit.bank, OutputPolicy{}, part);
+    const DigestComparison cmp = compare(sub_ref.digest, sub.digest, DigestTolerance::fp32());
+    for (const auto& f : cmp.failures) ADD_FAILURE() << "region at (" << part.x0 << ", " << part.y0 << "): " << f;
+    EXPECT_EQ(sub.digest.scored, sub_ref.digest.scored);
+  }
+
+  for (Encoding encoding : all_encodings()) {
+    SCOPED_TRACE(to_string(encoding));
+    KitOptions o = workload("ci");
+    o.shift_mode = ShiftMode::fractional;
+    const KitStack kit = make_kit(o);
+    const EncodedStack stack = encode_kit(kit, encoding);
+    const SearchResult exact = search(*reference, stack, kit.bank);
+    const SearchResult fourier = search(*engine, stack, kit.bank);
+    const DigestComparison ci = compare(exact.digest, fourier.digest, DigestTolerance::fp32());
+    for (const auto& f : ci.failures) ADD_FAILURE() << "ci: " << f;
+    EXPECT_EQ(fourier.digest.scored, exact.digest.scored);
+    std::printf("  ci %s: d maxZ %.3g, rel sumA %.3g, rel sumB %.3g; %lld trials below the B floor gathered exactly\n",
+                to_string(encoding).c_str(), ci.d_maxZ, ci.rel_sumA, ci.rel_sumB,
+                (long long)diagnostics_of(*engine).recomputed_trials);
+  }
+}
+
+TEST(GpuFourier, FractionalShiftsNeedCovariancePlanes) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = case_for("tiny-fractional", Encoding::fp32, "reference");
+  EncodedStack without = c.stack;
+  without.cov_right.clear(), without.cov_down.clear(), without.cov_diag.clear(), without.cov_antidiag.clear();
+  without.id = 0;  // not the cached upload
+  auto engine = make_engine("cuda-fourier");
+  EXPECT_THROW(search(*engine, without, c.kit.bank), Error);
+  SearchInput input{&without, &c.kit.bank, resolve({}, without.width, without.height), OutputPolicy{}};
+  EXPECT_THROW(engine->search(input), Error);  // the engine's own check, below search()'s
+}
+
 TEST(GpuFourier, RefusesWhatItCannotComputeExactly) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
   const Case& c = case_for("tiny", Encoding::fp32, "reference");
@@ -203,6 +276,7 @@ TEST(GpuFourier, RefusesWhatItCannotComputeExactly) {
   for (const std::string& name : kEngines) {
     auto engine = make_engine(name);
     for (const MotionBank* bank : {&listed, &fractional}) {
+      if (bank == &fractional && name == "cuda-fourier") continue;  // computes them (test above)
       SearchInput input{&c.stack, bank, resolve({}, c.stack.width, c.stack.height), OutputPolicy{}};
       EXPECT_FALSE(engine->unsupported_reason(input).empty()) << name;
       EXPECT_THROW(engine->search(input), Error) << name;
