@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/check.cuh"
@@ -54,10 +55,24 @@ struct CachedCube {
   }
 };
 
+// The covariance planes of one rectangle of one stack (fractional shifts only), kept beside the
+// cube so that integer searches never allocate or upload them.
+struct CachedCovariances {
+  std::uint64_t stack_id = 0;
+  PixelRect rect;
+  DeviceBuffer data;  // float4 (right, down, diag, antidiag) per pixel, the cube's layout
+  bool valid = false;
+  void reset() {
+    data.reset();
+    valid = false;
+  }
+};
+
 struct State {
   std::mutex lock;
   CachedCube cube;
   CachedCube built;  // whole-image cube encoded on the device (no host payload behind it)
+  CachedCovariances covariances;
   UploadStats stats;
   std::size_t budget = 0;
   bool budget_read = false;
@@ -177,6 +192,7 @@ void release_device_cache() {
   s.cube.phi_weight.reset();
   s.cube.exceptions.reset();
   s.cube.valid = false;
+  s.covariances.reset();
 }
 
 void note_tiled_search(std::int64_t tiles) {
@@ -186,9 +202,9 @@ void note_tiled_search(std::int64_t tiles) {
   s.stats.tiles += tiles;
 }
 
-std::size_t cube_bytes(const EncodedStack& stack, const PixelRect& rect) {
-  return std::size_t(padded_pitch(rect.width)) * rect.height * std::size_t(stack.exposures) *
-         stack.bytes_per_pair();
+std::size_t cube_bytes(const EncodedStack& stack, const PixelRect& rect, bool with_covariances) {
+  const std::size_t per_pixel = stack.bytes_per_pair() + (with_covariances ? sizeof(float4) : 0);
+  return std::size_t(padded_pitch(rect.width)) * rect.height * std::size_t(stack.exposures) * per_pixel;
 }
 
 std::size_t available_for_cube() {
@@ -196,7 +212,7 @@ std::size_t available_for_cube() {
   SHIFTSTACK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   State& s = state();
   std::lock_guard guard(s.lock);
-  return free_bytes + s.cube.bytes();
+  return free_bytes + s.cube.bytes() + s.covariances.data.bytes();
 }
 
 namespace {
@@ -340,11 +356,60 @@ void release_device_cube() {
   State& s = state();
   std::lock_guard guard(s.lock);
   if (s.cube.valid && s.cube.stack_id == s.built.stack_id) reset_cube(s.cube);
+  if (s.covariances.stack_id == s.built.stack_id) s.covariances.reset();
   reset_cube(s.built);
   s.built.stack_id = 0;
 }
 
-StackView acquire_stack(const EncodedStack& stack, const PixelRect& rect) {
+namespace {
+
+// The fractional-mode planes must all be there, one value per pixel and exposure: a missing one
+// would silently drop B's covariance terms.
+void check_covariances(const EncodedStack& s) {
+  const std::size_t expected = s.plane_size() * std::size_t(s.exposures);
+  const std::pair<const char*, const std::vector<float>*> planes[] = {
+      {"cov_right", &s.cov_right}, {"cov_down", &s.cov_down}, {"cov_diag", &s.cov_diag},
+      {"cov_antidiag", &s.cov_antidiag}};
+  for (const auto& [name, plane] : planes)
+    require(plane->size() == expected,
+            std::string("fractional shifts need the covariance planes of the likelihood (compute it "
+                        "with covariances): ") +
+                name + " has " + std::to_string(plane->size()) + " values, expected " +
+                std::to_string(expected));
+}
+
+// The rectangle's covariance planes on the device (the caller holds the lock).
+const float4* acquire_covariances(State& s, const EncodedStack& stack, const PixelRect& rect) {
+  CachedCovariances& c = s.covariances;
+  if (c.valid && c.stack_id == stack.id && c.rect == rect) return static_cast<const float4*>(c.data.get());
+  c.reset();
+  check_covariances(stack);
+  const std::size_t pitch_bytes = std::size_t(padded_pitch(rect.width)) * sizeof(float4);
+  const std::size_t bytes = pitch_bytes * rect.height * std::size_t(stack.exposures);
+  char* device = static_cast<char*>(c.data.allocate(bytes));
+  SHIFTSTACK_CUDA_CHECK(cudaMemset(device, 0, bytes));  // row padding: defined, never read
+  const std::size_t plane = stack.plane_size();
+  std::vector<float4> rows(std::size_t(rect.count()));
+  for (int e = 0; e < stack.exposures; ++e) {
+    for (int y = 0; y < rect.height; ++y)
+      for (int x = 0; x < rect.width; ++x) {
+        const std::size_t i = std::size_t(e) * plane + std::size_t(rect.y0 + y) * stack.width + rect.x0 + x;
+        rows[std::size_t(y) * rect.width + x] =
+            make_float4(stack.cov_right[i], stack.cov_down[i], stack.cov_diag[i], stack.cov_antidiag[i]);
+      }
+    SHIFTSTACK_CUDA_CHECK(cudaMemcpy2D(device + std::size_t(e) * rect.height * pitch_bytes, pitch_bytes,
+                                       rows.data(), std::size_t(rect.width) * sizeof(float4),
+                                       std::size_t(rect.width) * sizeof(float4), rect.height,
+                                       cudaMemcpyHostToDevice));
+  }
+  c.stack_id = stack.id;
+  c.rect = rect;
+  c.valid = true;
+  s.stats.bytes += std::int64_t(bytes);
+  return static_cast<const float4*>(c.data.get());
+}
+
+StackView acquire_pairs(const EncodedStack& stack, const PixelRect& rect) {
   require(rect.x0 >= 0 && rect.y0 >= 0 && rect.width > 0 && rect.height > 0 &&
               rect.x0 + rect.width <= stack.width && rect.y0 + rect.height <= stack.height,
           "device upload: rectangle outside the image");
@@ -419,6 +484,17 @@ StackView acquire_stack(const EncodedStack& stack, const PixelRect& rect) {
   ++s.stats.uploads;
   s.stats.bytes += std::int64_t(bytes + 2 * weight_bytes + exceptions.size() * sizeof(DeviceException));
   return c.view;
+}
+
+}  // namespace
+
+StackView acquire_stack(const EncodedStack& stack, const PixelRect& rect, bool with_covariances) {
+  StackView view = acquire_pairs(stack, rect);
+  if (!with_covariances) return view;
+  State& s = state();
+  std::lock_guard guard(s.lock);
+  view.covariances = acquire_covariances(s, stack, rect);
+  return view;
 }
 
 }  // namespace shiftstack::cuda

@@ -42,6 +42,10 @@ struct StackView {
   const float* phi_weight = nullptr;
   const DeviceException* exceptions = nullptr;  // int8 only, sorted by key
   int exception_count = 0;
+  // Fractional shifts only (null otherwise): per pixel its unweighted covariances with the
+  // neighbours (x+1, y), (x, y+1), (x+1, y+1) and of the pair (x+1, y)-(x, y+1), as float4
+  // (right, down, diag, antidiag), at the same index and pitch as the pairs.
+  const float4* covariances = nullptr;
 };
 
 // One decoded, unweighted sample; valid = false contributes to neither sum.
@@ -112,13 +116,16 @@ decltype(auto) dispatch_storage(StorageCode storage, F&& f) {
 
 // Returns a view of `rect` of this stack on the device, uploading it only when the cache holds a
 // different stack or rectangle. The view stays valid until the next acquire_stack() call.
-StackView acquire_stack(const EncodedStack& stack, const PixelRect& rect);
+// with_covariances (fractional shifts) also brings the rectangle's covariance planes, cached the
+// same way; a stack without all four planes is an Error then.
+StackView acquire_stack(const EncodedStack& stack, const PixelRect& rect, bool with_covariances = false);
 
 // Pairs per stored row for a rectangle of this width.
 inline int padded_pitch(int width) { return (width + 7) / 8 * 8; }
 
-// Bytes the rectangle takes on the device (payload only).
-std::size_t cube_bytes(const EncodedStack& stack, const PixelRect& rect);
+// Bytes the rectangle takes on the device (payload only; with_covariances adds the four fp32
+// covariance planes that fractional shifts read).
+std::size_t cube_bytes(const EncodedStack& stack, const PixelRect& rect, bool with_covariances = false);
 
 // Free device memory now (for the automatic budget), counting what the cache holds as free.
 std::size_t available_for_cube();

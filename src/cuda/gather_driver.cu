@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "cuda/bilinear_sample.cuh"
 #include "cuda/check.cuh"
 #include "cuda/device_buffer.cuh"
 #include "cuda/device_stack.hpp"
@@ -55,11 +56,21 @@ __global__ void merge_lists_kernel(const TopKEntry* lists, int lists_per_origin,
   }
 }
 
-// Exposures with a valid sample along a trajectory (a candidate's obs_count).
+// Exposures with a valid sample along a trajectory (a candidate's obs_count); in fractional mode,
+// exposures with a valid corner of non-zero weight, as the reference counts them.
 template <StorageCode S>
 __device__ int count_observations(const StackView& view, const ShiftSource& shifts, int x, int y,
                                   int v) {
   int n = 0;
+  if (shifts.bilinear) {
+    for (int e = 0; e < view.exposures; ++e) {
+      const double dt = shifts.dt[e];
+      const BilinearCorners c = bilinear_corners(x, y, shift_fp64(shifts.vx[v], dt, shifts.curve_x[e]),
+                                                 shift_fp64(shifts.vy[v], dt, shifts.curve_y[e]));
+      n += bilinear_observed<S>(view, e, c) ? 1 : 0;
+    }
+    return n;
+  }
   for (int e = 0; e < view.exposures; ++e) {
     const int2 s = shift_of(shifts, v, e);
     n += decode_pixel<S>(view, e, x + s.x, y + s.y).valid ? 1 : 0;
@@ -111,15 +122,16 @@ PixelRect reach(const PixelRect& origins, const ShiftExtent& halo, int width, in
   return {x0, y0, x1 - x0, y1 - y0};
 }
 
+// with_covariances: fractional shifts also keep the tile's covariance planes on the device.
 std::vector<Tile> plan_tiles(const EncodedStack& stack, const Region& region, const ShiftExtent& halo,
-                             double copies) {
+                             double copies, bool with_covariances) {
   std::size_t budget = memory_budget();
   if (budget == 0) budget = std::size_t(0.8 * double(available_for_cube()));
   auto fits = [&](int tw, int th) {
     // An interior tile, unclipped by the image edges, is the largest of this size.
     const PixelRect probe{0, 0, std::min(stack.width, tw + halo.max_x - halo.min_x),
                           std::min(stack.height, th + halo.max_y - halo.min_y)};
-    return double(cube_bytes(stack, probe)) * copies <= double(budget);
+    return double(cube_bytes(stack, probe, with_covariances)) * copies <= double(budget);
   };
   int tw = region.width, th = region.height;
   while (!fits(tw, th)) {
@@ -150,11 +162,6 @@ void with_storage(StorageCode s, F&& f) {
 
 }  // namespace
 
-std::string fractional_unsupported_reason() {
-  return "fractional shifts need bilinear sampling with the covariance-exact B (SPEC 2), which the "
-         "CUDA gathers do not implement; use the reference or cpu engine";
-}
-
 int max_shared_memory_per_block() {
   int device = 0, bytes = 0;
   SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&device));
@@ -181,7 +188,9 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input) {
   require(geometry.lists_per_origin <= 64, "internal: too many top-k lists per origin");
   require(tile_align_x % geometry.block_width == 0 && tile_align_y % geometry.block_height == 0,
           "internal: gather block does not divide the tile alignment");
-  const std::vector<Tile> tiles = plan_tiles(stack, region, shift_extent(bank), method.stack_copies());
+  // Fractional banks: shift_extent() reaches the +1 corners, and the covariances come along.
+  const bool bilinear = bank.mode == ShiftMode::fractional;
+  const std::vector<Tile> tiles = plan_tiles(stack, region, shift_extent(bank), method.stack_copies(), bilinear);
   if (tiles.size() > 1) note_tiled_search(std::int64_t(tiles.size()));
 
   ScanOutputs out{};
@@ -217,6 +226,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input) {
   out.lists = lists.get();
 
   const ShiftSource shifts = method.shifts();
+  require(shifts.bilinear == bilinear, "internal: the gather's obs_count shifts do not match the bank's shift mode");
   cudaStream_t stream = 0;
   cudaEvent_t start, stop;
   SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&start));
@@ -244,7 +254,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input) {
     unsigned long long found = 0;
     seconds = 0;
     for (const Tile& tile : tiles) {
-      const StackView view = acquire_stack(stack, tile.data);
+      const StackView view = acquire_stack(stack, tile.data, bilinear);
       out.tile_x0 = tile.origins.x0;
       out.tile_y0 = tile.origins.y0;
       out.tile_width = tile.origins.width;

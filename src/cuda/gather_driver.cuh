@@ -15,7 +15,8 @@ namespace shiftstack::cuda {
 
 // Integer shifts of trajectory (velocity v, exposure e), either from separable tables
 // (x[a * E + e], y[b * E + e], v = b * vx_count + a) or, for the FP64 serial engine, computed
-// in double exactly as the CPU does: round(v * (t_e - t_ref) + c_e).
+// in double exactly as the CPU does: round(v * (t_e - t_ref) + c_e). Fractional banks always
+// take the FP64 form with `bilinear` set: the obs_count pass then samples the four corners.
 struct ShiftSource {
   int exposures = 0;
   const int* table_x = nullptr;
@@ -26,6 +27,7 @@ struct ShiftSource {
   const double* curve_y = nullptr;
   const double* vx = nullptr;      // per velocity
   const double* vy = nullptr;
+  bool bilinear = false;           // fractional mode (bilinear_sample.cuh)
 };
 
 // floor(vel * dt + curve + 0.5) without fused multiply-add, so the rounding matches the host.
@@ -67,9 +69,6 @@ class GatherMethod {
 // Runs a whole search with the method; result.seconds is device time of the scans (kernels,
 // top-k merge and obs_count passes; uploads excluded).
 SearchResult run_gather(GatherMethod& method, const SearchInput& input);
-
-// Reason text shared by the engines for inputs they do not compute.
-std::string fractional_unsupported_reason();
 
 // Maximum dynamic shared memory per block on the current device (bytes).
 int max_shared_memory_per_block();

@@ -16,6 +16,9 @@
 // exactly (4 bytes per sample). An int8 stack with exception codes takes float staging, where the
 // exact value is looked up. `s` (skip) variants reuse the previous velocity's samples when its
 // shift is identical at that exposure (frequent for finely spaced grids).
+//
+// Fractional (bilinear) shifts have no kernel here: cuda-fast runs cuda-tiled's bilinear kernel
+// for them (gather_tiled_bilinear.cu), whatever variant is forced, and reports it as the variant.
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "cuda/check.cuh"
+#include "cuda/gather_bilinear.hpp"
 #include "cuda/gather_driver.cuh"
 #include "cuda/gather_fast.hpp"
 #include "cuda/gather_fast_common.cuh"
@@ -537,7 +541,10 @@ class FastEngine final : public Engine {
  public:
   std::string name() const override { return "cuda-fast"; }
   std::string unsupported_reason(const SearchInput& input) const override {
-    if (input.bank->mode != ShiftMode::integer) return fractional_unsupported_reason();
+    if (input.bank->mode == ShiftMode::fractional) {
+      const std::string problem = tiled_bilinear_problem(input);
+      return problem.empty() ? problem : "fractional shifts run cuda-tiled's bilinear kernel here: " + problem;
+    }
     if (!input.bank->is_cartesian())
       return "cuda-fast relies on separable shift tables of a Cartesian velocity grid; use "
              "cuda-serial for velocity lists";
@@ -546,6 +553,13 @@ class FastEngine final : public Engine {
     return {};
   }
   SearchResult search(const SearchInput& input) override {
+    if (input.bank->mode == ShiftMode::fractional) {
+      {
+        std::lock_guard guard(variant_lock());
+        last_variant() = tiled_bilinear_name();
+      }
+      return run_tiled_bilinear(input);
+    }
     FastMethod method;
     return run_gather(method, input);
   }
@@ -577,7 +591,8 @@ std::string last_fast_variant() {
 void register_cuda_fast_engine() {
   register_engine({"cuda-fast",
                    "GPU fair gather: velocity packets staged once per exposure chunk in shared memory, "
-                   "sums in registers, integer offsets, fused scoring, candidates and top-k",
+                   "sums in registers, integer offsets, fused scoring, candidates and top-k; fractional "
+                   "shifts run cuda-tiled's bilinear kernel (no fast fractional path)",
                    true, 40, [] { return std::make_unique<cuda::FastEngine>(); }, cuda_device_available});
 }
 

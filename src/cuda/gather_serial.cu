@@ -1,9 +1,12 @@
 // cuda-serial: the auditable KBMOD-style gather. 128x2 thread blocks, one origin per thread,
 // serial loops over velocities and exposures, trajectory coordinates in FP64 (rounded exactly as
 // the CPU rounds them), FP32 sums, every encoding decoded per sample from device memory.
+// Fractional shifts: the reference's bilinear trial per exposure (bilinear_sample.cuh: the same
+// FP64 corners and weights, the covariance-exact B in double), its result added to the FP32 sums.
 #include <memory>
 #include <vector>
 
+#include "cuda/bilinear_sample.cuh"
 #include "cuda/check.cuh"
 #include "cuda/device_buffer.cuh"
 #include "cuda/gather_driver.cuh"
@@ -20,7 +23,7 @@ constexpr int serial_block_x = 128;
 constexpr int serial_block_y = 2;
 constexpr int serial_warps = serial_block_x * serial_block_y / 32;
 
-template <StorageCode S>
+template <StorageCode S, bool Bilinear>
 __global__ void __launch_bounds__(serial_block_x* serial_block_y)
     serial_gather_kernel(StackView view, ShiftSource shifts, int velocities, ScanOutputs out) {
   __shared__ LocalDigest scratch[serial_warps];
@@ -37,13 +40,21 @@ __global__ void __launch_bounds__(serial_block_x* serial_block_y)
       float A = 0.0f, B = 0.0f;
       for (int e = 0; e < view.exposures; ++e) {
         const double dt = shifts.dt[e];
-        const int px = x + round_shift_fp64(vx, dt, shifts.curve_x[e]);
-        const int py = y + round_shift_fp64(vy, dt, shifts.curve_y[e]);
-        const RawSample r = decode_pixel<S>(view, e, px, py);
-        if (r.valid) {
-          // Weighted sample rounded to float first, as shiftstack::decode() hands it over.
-          A += __fmul_rn(view.psi_weight[e], r.psi);
-          B += __fmul_rn(view.phi_weight[e], r.phi);
+        if constexpr (Bilinear) {
+          const BilinearCorners c = bilinear_corners(x, y, shift_fp64(vx, dt, shifts.curve_x[e]),
+                                                     shift_fp64(vy, dt, shifts.curve_y[e]));
+          const BilinearSums sums = bilinear_exposure<S>(view, e, c);
+          A += __double2float_rn(sums.A);
+          B += __double2float_rn(sums.B);
+        } else {
+          const int px = x + round_shift_fp64(vx, dt, shifts.curve_x[e]);
+          const int py = y + round_shift_fp64(vy, dt, shifts.curve_y[e]);
+          const RawSample r = decode_pixel<S>(view, e, px, py);
+          if (r.valid) {
+            // Weighted sample rounded to float first, as shiftstack::decode() hands it over.
+            A += __fmul_rn(view.psi_weight[e], r.psi);
+            B += __fmul_rn(view.phi_weight[e], r.phi);
+          }
         }
       }
       finish_trial(out, digest, A, B, x, y, v, list, &bound);
@@ -82,6 +93,7 @@ class SerialMethod final : public GatherMethod {
     shifts_.curve_y = cy_.get();
     shifts_.vx = vx_.get();
     shifts_.vy = vy_.get();
+    shifts_.bilinear = bank.mode == ShiftMode::fractional;
     return GatherGeometry{serial_block_x, serial_block_y, 1, 1};
   }
 
@@ -90,7 +102,10 @@ class SerialMethod final : public GatherMethod {
     const dim3 grid((out.tile_width + serial_block_x - 1) / serial_block_x,
                     (out.tile_height + serial_block_y - 1) / serial_block_y);
     dispatch_storage(view.storage, [&]<StorageCode S>() {
-      serial_gather_kernel<S><<<grid, block, 0, stream>>>(view, shifts_, velocities_, out);
+      if (shifts_.bilinear)
+        serial_gather_kernel<S, true><<<grid, block, 0, stream>>>(view, shifts_, velocities_, out);
+      else
+        serial_gather_kernel<S, false><<<grid, block, 0, stream>>>(view, shifts_, velocities_, out);
       SHIFTSTACK_CUDA_CHECK_LAUNCH();
     });
   }
@@ -106,10 +121,7 @@ class SerialMethod final : public GatherMethod {
 class SerialEngine final : public Engine {
  public:
   std::string name() const override { return "cuda-serial"; }
-  std::string unsupported_reason(const SearchInput& input) const override {
-    if (input.bank->mode != ShiftMode::integer) return fractional_unsupported_reason();
-    return {};
-  }
+  std::string unsupported_reason(const SearchInput&) const override { return {}; }
   SearchResult search(const SearchInput& input) override {
     SerialMethod method;
     return run_gather(method, input);
@@ -121,7 +133,8 @@ class SerialEngine final : public Engine {
 
 void register_cuda_serial_engine() {
   register_engine({"cuda-serial",
-                   "GPU, KBMOD-style: 128x2 blocks, one origin per thread, FP64 coordinates, FP32 sums",
+                   "GPU, KBMOD-style: 128x2 blocks, one origin per thread, FP64 coordinates, FP32 sums; "
+                   "integer and fractional (bilinear) shifts",
                    true, 20, [] { return std::make_unique<cuda::SerialEngine>(); },
                    cuda_device_available});
 }

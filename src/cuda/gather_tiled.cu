@@ -2,11 +2,13 @@
 // neighbouring velocities (8 along vx by 4 along vy). For each exposure it stages the union of
 // the packet's source pixels in shared memory, decoded and weighted once, then every thread
 // updates the sums of its origin for all packet velocities from there. Integer shifts come from
-// the precomputed separable tables (Cartesian banks, integer mode).
+// the precomputed separable tables (Cartesian banks, integer mode). Fractional shifts run the
+// bilinear twin of this kernel (gather_tiled_bilinear.cu).
 #include <memory>
 #include <string>
 
 #include "cuda/check.cuh"
+#include "cuda/gather_bilinear.hpp"
 #include "cuda/gather_driver.cuh"
 #include "cuda/velocity_packets.cuh"
 #include "cuda/gather_engines.hpp"
@@ -152,13 +154,14 @@ class TiledEngine final : public Engine {
  public:
   std::string name() const override { return "cuda-tiled"; }
   std::string unsupported_reason(const SearchInput& input) const override {
-    if (input.bank->mode != ShiftMode::integer) return fractional_unsupported_reason();
+    if (input.bank->mode == ShiftMode::fractional) return tiled_bilinear_problem(input);
     if (!input.bank->is_cartesian())
       return "cuda-tiled stages packets of a Cartesian velocity grid (separable shift tables); "
              "use cuda-serial for velocity lists";
     return {};
   }
   SearchResult search(const SearchInput& input) override {
+    if (input.bank->mode == ShiftMode::fractional) return run_tiled_bilinear(input);
     TiledMethod method;
     return run_gather(method, input);
   }
@@ -170,7 +173,8 @@ class TiledEngine final : public Engine {
 void register_cuda_tiled_engine() {
   register_engine({"cuda-tiled",
                    "GPU tiled gather: 32x8 origins x up to 32 velocities per block, footprint staged "
-                   "and decoded once per exposure in shared memory",
+                   "and decoded once per exposure in shared memory; fractional shifts: bilinear corners "
+                   "and covariances staged the same way",
                    true, 30, [] { return std::make_unique<cuda::TiledEngine>(); },
                    cuda_device_available});
 }

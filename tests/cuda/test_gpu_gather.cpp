@@ -1,7 +1,8 @@
 // GPU gather engines (cuda-serial, cuda-tiled, cuda-fast) against the `reference` CPU engine:
 // every engine x encoding, every cuda-fast variant, int8 exceptions, spatial tiling under a small
-// memory budget, candidate-list overflow, reuse of one upload across banks, regions, and the
-// inputs each engine declines. Skipped where no CUDA device exists.
+// memory budget, candidate-list overflow, reuse of one upload across banks, regions, fractional
+// (bilinear) shifts near edges and masks, and the inputs each engine declines. Skipped where no
+// CUDA device exists.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -481,18 +482,165 @@ TEST(GpuGather, SerialRunsVelocityListsOthersDecline) {
   }
 }
 
-TEST(GpuGather, FractionalShiftsAreDeclined) {
-  REQUIRE_DEVICE();
+// Fractional shifts: a small stack whose trajectories leave the image on every side and cross
+// the kit's masked holes and bad column, with an uneven grid and image size. Every engine x
+// encoding against the reference's bilinear trial: digest, candidates and top-k with A, B, Z and
+// obs_count trial by trial.
+KitOptions fractional_options() {
   KitOptions o = workload("ci");
   o.shift_mode = ShiftMode::fractional;
-  o.exposures = 8;
-  const KitStack kit = make_kit(o);
-  const EncodedStack stack = encode_kit(kit);
+  o.exposures = 13;
+  o.width = 75;
+  o.height = 46;
+  o.vx_count = 11;
+  o.vy_count = 7;
+  o.velocity_displacement = 20;  // trajectories run up to 20 px beyond the origin: off every edge
+  o.seed = 5;
+  o.inject = false;  // too small for the kit's injected track; noise and masks exercise everything
+  return o;
+}
+
+const Case& fractional_case(Encoding encoding) {
+  static std::map<int, Case> cache;
+  auto it = cache.find(int(encoding));
+  if (it != cache.end()) return it->second;
+  Case c;
+  c.kit = make_kit(fractional_options());
+  c.stack = encode_kit(c.kit, encoding);
+  c.policy = policy_for(c.kit.bank, c.stack, 3);
+  c.policy.candidate_threshold = 3;  // a few thousand trials compared field by field
+  finish_case(c);
+  return cache.emplace(int(encoding), std::move(c)).first->second;
+}
+
+TEST(GpuGather, FractionalShiftsMatchReferenceNearEdgesAndMasks) {
+  REQUIRE_DEVICE();
+  for (Encoding enc : all_encodings()) {
+    const Case& c = fractional_case(enc);
+    ASSERT_FALSE(c.stack.cov_right.empty());
+    // The case must exercise partial trajectories: reported trials that miss some exposures.
+    int partial = 0;
+    for (const Candidate& x : c.reference.top_k)
+      if (x.velocity >= 0 && x.obs_count < c.stack.exposures) ++partial;
+    EXPECT_GT(partial, 100) << "the fractional case no longer reaches edges or masks";
+    for (const std::string& name : gpu_gathers) {
+      auto engine = make_engine(name);
+      const SearchInput probe{&c.stack, &c.kit.bank, resolve({}, c.stack.width, c.stack.height), c.policy};
+      ASSERT_EQ(engine->unsupported_reason(probe), "") << name;
+      const SearchResult r = search(*engine, c.stack, c.kit.bank, c.policy);
+      expect_matches_reference(c, r, name + " fractional " + to_string(enc));
+    }
+  }
+}
+
+TEST(GpuGather, FractionalShiftsDifferFromIntegerOnes) {
+  // Guards the test above against a gather that ignores the mode: the two statistics differ.
+  REQUIRE_DEVICE();
+  const Case& c = fractional_case(Encoding::fp32);
+  MotionBank integer = c.kit.bank;
+  integer.mode = ShiftMode::integer;
   for (const std::string& name : gpu_gathers) {
     auto engine = make_engine(name);
-    const SearchInput probe{&stack, &kit.bank, resolve({}, stack.width, stack.height), OutputPolicy{}};
-    EXPECT_NE(engine->unsupported_reason(probe).find("fractional"), std::string::npos) << name;
+    const SearchResult f = search(*engine, c.stack, c.kit.bank, c.policy);
+    const SearchResult i = search(*engine, c.stack, integer, c.policy);
+    EXPECT_GT(std::abs(f.digest.sumB - i.digest.sumB), 1e-3 * std::abs(i.digest.sumB)) << name;
   }
+}
+
+TEST(GpuGather, FractionalShiftsUnderForcedTiling) {
+  REQUIRE_DEVICE();
+  DefaultsGuard guard;
+  KitOptions o = fractional_options();
+  o.width = 300;  // three tile columns of 128 at the smallest tile
+  o.height = 100;
+  o.exposures = 8;
+  o.vx_count = 7;
+  o.vy_count = 5;
+  Case c;
+  c.kit = make_kit(o);
+  c.stack = encode_kit(c.kit, Encoding::int8);
+  c.policy = policy_for(c.kit.bank, c.stack, 2);
+  const Region region{3, 5, 290, 90};
+  auto reference = make_engine("reference");
+  c.reference = search(*reference, c.stack, c.kit.bank, c.policy, region);
+  for (const Candidate& x : c.reference.candidates)
+    if (std::abs(double(x.Z) - c.reference.digest.z_thr) <= DigestTolerance::fp32().count_band) ++c.near_threshold;
+  // Room for about a 128 x 32 tile with its halo (trajectories reach 24 px) and its covariance
+  // planes, not for a whole row of tiles: the search must tile.
+  const std::size_t budget = std::size_t(128 + 56) * (32 + 56) * c.stack.exposures *
+                             (c.stack.bytes_per_pair() + 4 * sizeof(float));
+  for (const std::string& name : gpu_gathers) {
+    auto engine = make_engine(name);
+    cuda::set_memory_budget(0);
+    const SearchResult whole = search(*engine, c.stack, c.kit.bank, c.policy, region);
+    const auto before = cuda::upload_stats();
+    cuda::set_memory_budget(budget);
+    const SearchResult tiled = search(*engine, c.stack, c.kit.bank, c.policy, region);
+    const auto after = cuda::upload_stats();
+    EXPECT_EQ(after.tiled_searches, before.tiled_searches + 1) << name;
+    EXPECT_GE(after.tiles - before.tiles, 6) << name;
+    EXPECT_TRUE(same_digest(whole.digest, tiled.digest))
+        << name << "\nwhole: " << describe(whole.digest) << "\ntiled: " << describe(tiled.digest);
+    ASSERT_EQ(whole.candidates.size(), tiled.candidates.size()) << name;
+    for (std::size_t i = 0; i < whole.candidates.size(); ++i) {
+      EXPECT_EQ(key(whole.candidates[i]), key(tiled.candidates[i])) << name;
+      EXPECT_EQ(whole.candidates[i].Z, tiled.candidates[i].Z) << name;
+      EXPECT_EQ(whole.candidates[i].obs_count, tiled.candidates[i].obs_count) << name;
+    }
+    expect_matches_reference(c, tiled, name + " fractional tiled region");
+  }
+}
+
+TEST(GpuGather, FractionalShiftsWithoutCovariancesAreAnError) {
+  REQUIRE_DEVICE();
+  const Case& c = fractional_case(Encoding::fp16);
+  // No covariance planes at all (a likelihood computed without them).
+  const EncodedStack bare = encode(compute_likelihood(c.kit.stack, false), Encoding::fp16);
+  // One plane missing: the GPU upload must refuse it rather than drop B's antidiagonal terms.
+  EncodedStack partial = c.stack;
+  partial.cov_antidiag.clear();
+  for (const std::string& name : gpu_gathers) {
+    auto engine = make_engine(name);
+    EXPECT_THROW(search(*engine, bare, c.kit.bank, c.policy), Error) << name;
+    try {
+      search(*engine, partial, c.kit.bank, c.policy);
+      ADD_FAILURE() << name << ": no error for a stack without its antidiagonal covariances";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cov_antidiag"), std::string::npos) << name << ": " << e.what();
+    }
+  }
+}
+
+TEST(GpuGather, FractionalVelocityListsRunOnSerialOnly) {
+  REQUIRE_DEVICE();
+  const Case& c = fractional_case(Encoding::fp32);
+  MotionBank list = c.kit.bank;
+  for (std::size_t v = 0; v < c.kit.bank.size(); v += 2) list.velocity_list.push_back(c.kit.bank.velocity(v));
+  std::reverse(list.velocity_list.begin(), list.velocity_list.end());
+  Case l;
+  l.kit = c.kit;
+  l.kit.bank = list;
+  l.stack = c.stack;
+  l.policy = policy_for(list, c.stack, 2);
+  l.policy.candidate_threshold = 3;
+  finish_case(l);
+  auto serial = make_engine("cuda-serial");
+  expect_matches_reference(l, search(*serial, l.stack, list, l.policy), "cuda-serial fractional velocity list");
+  for (const char* name : {"cuda-tiled", "cuda-fast"}) {
+    auto engine = make_engine(name);
+    const SearchInput probe{&l.stack, &list, resolve({}, l.stack.width, l.stack.height), l.policy};
+    EXPECT_NE(engine->unsupported_reason(probe), "") << name;
+    EXPECT_THROW(search(*engine, l.stack, list, l.policy), Error) << name;
+  }
+}
+
+TEST(GpuGather, CudaFastReportsTheTiledBilinearKernelForFractionalShifts) {
+  REQUIRE_DEVICE();
+  DefaultsGuard guard;
+  const Case& c = fractional_case(Encoding::fp16);
+  auto engine = make_engine("cuda-fast");
+  search(*engine, c.stack, c.kit.bank, c.policy);
+  EXPECT_EQ(cuda::last_fast_variant(), "tiled-bilinear");
 }
 
 // Small enough for compute-sanitizer (memcheck, racecheck): one search per engine and encoding
@@ -518,6 +666,34 @@ TEST(GpuGatherSanitizer, TinyStack) {
     for (const std::string& name : gpu_gathers) {
       auto engine = make_engine(name);
       expect_matches_reference(c, search(*engine, c.stack, kit.bank, c.policy), name + " tiny " + to_string(enc));
+    }
+  }
+}
+
+// The fractional kernels under compute-sanitizer: every engine and encoding on a tiny fractional
+// stack (trajectories off every edge, masks), checked against the reference.
+TEST(GpuGatherSanitizer, TinyFractionalStack) {
+  REQUIRE_DEVICE();
+  KitOptions o = fractional_options();
+  o.exposures = 5;
+  o.width = 41;
+  o.height = 23;
+  o.vx_count = 5;
+  o.vy_count = 4;
+  o.velocity_displacement = 12;
+  const KitStack kit = make_kit(o);
+  for (Encoding enc : all_encodings()) {
+    Case c;
+    c.kit = kit;
+    c.stack = encode_kit(kit, enc);
+    c.policy = policy_for(kit.bank, c.stack, 2);
+    c.policy.candidate_threshold = 2;
+    finish_case(c);
+    ASSERT_FALSE(c.reference.candidates.empty());
+    for (const std::string& name : gpu_gathers) {
+      auto engine = make_engine(name);
+      expect_matches_reference(c, search(*engine, c.stack, kit.bank, c.policy),
+                               name + " tiny fractional " + to_string(enc));
     }
   }
 }
