@@ -4,6 +4,10 @@
 # GPU machine lacks (LIBS); or build there with -DSHIFTSTACK_DEPS_DIR=.deps and point BIN at it.
 #   PHASE=1: GPU tests, then `shiftstack bench` for every GPU engine x encoding on ci, kbmod, dense
 #   PHASE=2: sensitivity validation of the GPU engines, then the `deep` pipeline from FITS files
+#   PHASE=3: fractional shifts: `bench --shifts fractional` for the engines that compute them, and
+#            the fractional study (null variance at PSF sigma 0.55, 0.65, 0.85) through each of them
+#   PHASE=4: fractional-shift validation of those engines (PAIRS near masks with the standard kit,
+#            AWAY_PAIRS with sparse masks and away-placed windows); reports tarred into $OUT
 # Logs and JSON land in $OUT.
 set -u
 out=${OUT:-h200-out}
@@ -12,8 +16,10 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH=${LIBS:+$(realpath "$LIBS"):}${LD_LIBRARY_PATH:-}
 step() { echo "== $(date +%T) $*" | tee -a "$out/summary.txt"; }
 gpu_engines=(cuda-serial cuda-tiled cuda-fast cuda-fourier cuda-gemm cuda-tc)
+fractional_engines=(cuda-serial cuda-tiled cuda-fast cuda-fourier)  # the FP16 Fourier engines refuse them
 
-if [ "${PHASE:-1}" = 1 ]; then
+PHASE=${PHASE:-1}
+if [ "$PHASE" = 1 ]; then
   step "machine"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
   step "gpu tests"
@@ -28,6 +34,44 @@ if [ "${PHASE:-1}" = 1 ]; then
     echo "exit $?" >> "$out/bench_$workload.txt"
     tail -22 "$out/bench_$workload.txt" | tee -a "$out/summary.txt"
   done
+elif [ "$PHASE" = 3 ]; then
+  step "machine"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
+  for workload in ${WORKLOADS:-ci kbmod dense}; do
+    step "bench $workload, fractional shifts"
+    # The FP64 serial gather is the baseline (it picks exactly the reference's corners).
+    timeout 200 "$bin/shiftstack" bench --workload "$workload" --shifts fractional --engine "${fractional_engines[@]:1}" \
+      --encoding all --runs 3 --baseline cuda-serial --json "$out/bench_${workload}_fractional.json" \
+      > "$out/bench_${workload}_fractional.txt" 2>&1
+    echo "exit $?" >> "$out/bench_${workload}_fractional.txt"
+    tail -14 "$out/bench_${workload}_fractional.txt" | tee -a "$out/summary.txt"
+  done
+  for engine in "${fractional_engines[@]}"; do
+    step "fractional study through $engine"
+    # The cubes of the committed CPU study (bench/validation/fractional/: seed 1000).
+    timeout 120 "$bin/shiftstack" validate --fractional-study --engine "$engine" --width 64 --height 64 \
+      --exposures 16 --velocities 9 --cubes 24 --seed 1000 ${COMMIT:+--commit "$COMMIT"} \
+      --out "$out/fractional-study/$engine" \
+      > "$out/fractional_study_$engine.txt" 2>&1
+    echo "exit $?" >> "$out/fractional_study_$engine.txt"
+    tail -8 "$out/fractional_study_$engine.txt" | tee -a "$out/summary.txt"
+  done
+  (cd "$out" && tar czf fractional-study.tgz fractional-study && rm -rf fractional-study)
+elif [ "$PHASE" = 4 ]; then
+  engines=$(IFS=,; echo "${fractional_engines[*]}")
+  step "fractional validation near masks (${PAIRS:-512} pairs)"
+  BUILD=$(dirname "$bin") PAIRS=${PAIRS:-512} ENGINES=$engines EXTRA="--shift-mode fractional" TAG=fractional \
+    OUT="$out/validation" DEADLINE=${DEADLINE:-270} timeout 300 bash bench/validation/run_gpu.sh \
+    > "$out/validation_fractional.log" 2>&1
+  echo "exit $?" | tee -a "$out/validation_fractional.log" "$out/summary.txt"
+  grep -E "took|stopping" "$out/validation_fractional.log" | tail -3 | tee -a "$out/summary.txt"
+  step "fractional validation away from masks (${AWAY_PAIRS:-256} pairs)"
+  BUILD=$(dirname "$bin") PAIRS=${AWAY_PAIRS:-256} ENGINES=$engines TAG=sparse-fractional KIT_MASKS=sparse \
+    PLACEMENT=away EXTRA="--shift-mode fractional --no-completeness" OUT="$out/sparse-masks-fractional" \
+    DEADLINE=${DEADLINE:-270} timeout 300 bash bench/validation/run_gpu.sh > "$out/validation_sparse_fractional.log" 2>&1
+  echo "exit $?" | tee -a "$out/validation_sparse_fractional.log" "$out/summary.txt"
+  grep -E "took|stopping" "$out/validation_sparse_fractional.log" | tail -3 | tee -a "$out/summary.txt"
+  (cd "$out" && tar czf validation_fractional.tgz validation sparse-masks-fractional && rm -rf validation sparse-masks-fractional)
 else
   step "validation (GPU engines, ${PAIRS:-128} pairs)"
   BUILD=$(dirname "$bin") PAIRS=${PAIRS:-128} OUT="$out/validation" timeout 240 \

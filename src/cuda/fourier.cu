@@ -7,6 +7,7 @@
 // from the phi and covariance channels (see Layout below).
 // The FP32 baseline the FP16 tensor-core route is measured against.
 #include <algorithm>
+#include <cstdlib>
 
 #include "engine_registry.hpp"
 #include "spectra.cuh"
@@ -198,6 +199,14 @@ class FourierEngine final : public SpectralEngine {
  public:
   std::string name() const override { return "cuda-fourier"; }
   bool supports_fractional() const override { return true; }
+  // FP32 transforms and sums: trials with B below this fraction of E times the largest weighted
+  // phi are gathered exactly (measured in bench/RESULTS.md); SHIFTSTACK_FOURIER_EXACT_BELOW
+  // overrides it for that measurement.
+  float exact_below() const override {
+    if (const char* forced = std::getenv("SHIFTSTACK_FOURIER_EXACT_BELOW")) return std::strtof(forced, nullptr);
+    return kExactBelow;
+  }
+  static constexpr float kExactBelow = 1e-3f;
 
  protected:
   void prepare(SpectralState&) override {}

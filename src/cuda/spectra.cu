@@ -96,7 +96,7 @@ namespace {
 constexpr int kTile = 32;  // transpose tiles: 32 x 32 pixels, 32 x 8 threads
 
 // Reads 32 x 32 pixel tiles along x, writes the padded planes [c][e][x][y] along y (transposed),
-// the bitmap words, and the smallest positive weighted phi. Grid: (y tiles of ny, x tiles of nx, E).
+// the bitmap words, and the smallest and largest positive weighted phi (floor_bits[0], [1]). Grid: (y tiles of ny, x tiles of nx, E).
 __global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int ny, int pitch,
                                      float* planes, std::uint32_t* informative_bits,
                                      int words_per_column, unsigned int* floor_bits) {
@@ -104,7 +104,7 @@ __global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int
   __shared__ unsigned char flag_tile[kTile][kTile + 1];
   const int e = blockIdx.z, x0 = blockIdx.y * kTile, y0 = blockIdx.x * kTile;
   const int tx = threadIdx.x, ty = threadIdx.y;
-  float smallest = __int_as_float(0x7f800000);  // +inf
+  float smallest = __int_as_float(0x7f800000), largest = 0;  // +inf, 0
   for (int j = ty; j < kTile; j += blockDim.y) {
     const int x = x0 + tx, y = y0 + j;
     float psi = 0, phi = 0;
@@ -113,7 +113,7 @@ __global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int
     psi_tile[j][tx] = psi;
     phi_tile[j][tx] = phi;
     flag_tile[j][tx] = informative;
-    if (informative) smallest = fminf(smallest, phi);
+    if (informative) smallest = fminf(smallest, phi), largest = fmaxf(largest, phi);
   }
   __syncthreads();
   const std::size_t plane = std::size_t(nx) * pitch;
@@ -128,10 +128,13 @@ __global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int
     if (tx == 0 && x < in.width && y0 < in.height)
       informative_bits[(std::size_t(e) * in.width + x) * words_per_column + y0 / kTile] = word;
   }
-  for (int offset = 16; offset > 0; offset /= 2)
+  for (int offset = 16; offset > 0; offset /= 2) {
     smallest = fminf(smallest, __shfl_xor_sync(0xffffffffu, smallest, offset));
+    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+  }
   // Positive floats order like their bit patterns.
   if (tx == 0 && smallest < __int_as_float(0x7f800000)) atomicMin(floor_bits, __float_as_uint(smallest));
+  if (tx == 0 && largest > 0) atomicMax(floor_bits + 1, __float_as_uint(largest));
 }
 
 // Fractional shifts: the covariance channels of the bilinear variance (SPEC 2), weighted by
@@ -236,9 +239,9 @@ void forward_transforms(SpectralState& s) {
   s.words_per_column = (g.height + 31) / 32;
   s.informative.reserve(std::size_t(E) * g.width * s.words_per_column);
   s.spectra.reserve(std::size_t(s.input_channels()) * E * g.nx * g.nyh);  // = the real planes' floats / 2
-  s.floor_bits.reserve(1);
-  const unsigned int inf_bits = 0x7f800000u;
-  SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.floor_bits.data(), &inf_bits, sizeof inf_bits,
+  s.floor_bits.reserve(2);
+  const unsigned int range_bits[2] = {0x7f800000u, 0u};  // +inf, 0: no informative sample yet
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.floor_bits.data(), range_bits, sizeof range_bits,
                                         cudaMemcpyHostToDevice, s.stream));
   const DecodeInputs in = decode_inputs(s);
   const dim3 block(kTile, 8), grid((g.ny + kTile - 1) / kTile, (g.nx + kTile - 1) / kTile, E);

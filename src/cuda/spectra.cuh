@@ -183,7 +183,10 @@ struct SpectralState {
   static constexpr int kExtremeProbes = 8;
   DeviceArray<std::int32_t> extreme_probes;  // [v][kExtremeProbes]
   int words_per_column = 0;
-  DeviceArray<unsigned int> floor_bits;        // smallest positive weighted phi, as float bits
+  DeviceArray<unsigned int> floor_bits;        // smallest and largest positive weighted phi, float bits
+  // Trials whose FFT-route B is below max(smallest phi, exact_below * E * largest phi) are gathered
+  // exactly (their B is small against the transform's rounding); 0: clamped to the smallest phi.
+  float exact_below = 0;
   float b_floor = 0;
   DeviceArray<float2> spectra;                 // forward spectra (and padded real planes)
   FftPlan forward_plan;

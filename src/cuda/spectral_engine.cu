@@ -86,6 +86,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   const MotionBank& bank = *input.bank;
 
   s.fractional = bank.mode == ShiftMode::fractional;
+  s.exact_below = exact_below();
   require(!s.fractional || !stack.cov_right.empty(),
           "engine '" + name() + "': fractional shifts need the stack's covariance planes (SPEC 2): compute the "
           "likelihood with covariances");
@@ -229,6 +230,10 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   {
     const std::vector<unsigned int> bits = s.floor_bits.download(s.stream);
     d.b_floor = bits.empty() ? 0.0f : std::bit_cast<float>(bits[0]);
+    if (bits.size() > 1 && s.exact_below > 0)
+      d.b_trusted = std::max(d.b_floor, s.exact_below * float(s.exposures) * std::bit_cast<float>(bits[1]));
+    else if (s.fractional)
+      d.b_trusted = d.b_floor;
   }
 
   auto make_candidate = [&](int x, int y, int velocity, float A, float B, float Z) {

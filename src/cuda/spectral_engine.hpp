@@ -31,9 +31,10 @@ struct SpectralDiagnostics {
   double useful_flops = 0;          // SPEC 6: 16 F E V for both channels
   int velocity_chunks = 0;          // passes over the velocity rows (memory budget)
   std::int64_t clamped_trials = 0;  // scored trials whose FFT-route B fell below the floor
-  // Fractional shifts: the exact B of a trial can undercut any floor (small corner weights), so
-  // trials whose FFT-route B falls below it are not clamped but gathered exactly on the device.
+  // Trials whose FFT-route B was too small to trust (engines with exact_below(), and fractional
+  // shifts, whose exact B can undercut any floor), gathered exactly on the device instead.
   std::int64_t recomputed_trials = 0;
+  float b_trusted = 0;              // the B below which trials were gathered exactly (0: none)
   float b_floor = 0;                // smallest positive weighted phi: a lower bound of any scored B
   SpectralStageTimes times;
   double contraction_tflops() const {
@@ -61,6 +62,9 @@ class SpectralEngine : public Engine {
   // Fractional shifts (bilinear, exact B from the covariance channels): engines that implement
   // the five-channel contraction say so.
   virtual bool supports_fractional() const { return false; }
+  // Trials whose FFT-route B is below this fraction of E times the largest weighted phi are
+  // gathered exactly (SpectralState::exact_below); 0 keeps the clamp to the smallest phi.
+  virtual float exact_below() const { return 0; }
   // Velocity rows per chunk are a multiple of this.
   virtual int row_granularity() const { return 1; }
   // Extra device bytes per velocity row of a chunk (materialized operands and the like).

@@ -25,7 +25,8 @@ struct ScoreInputs {
   int exposures;
   const std::uint32_t* informative;
   int words_per_column, width, height;
-  const unsigned int* floor_bits;  // smallest positive weighted phi (float bits), found on the device
+  const unsigned int* floor_bits;  // smallest, largest positive weighted phi (float bits), found on the device
+  float exact_below;               // SpectralState::exact_below
   const float* fx;  // [a][E] fractional shifts: s - floor(s) (sx, sy hold the floors); else null
   const float* fy;  // [b][E]
   // Fractional shifts: what the exact gather of a trial reads (below-floor trials).
@@ -116,20 +117,44 @@ __device__ void exact_bilinear_sums(const ScoreInputs& in, int a, int b, int x, 
   B = float(sum_b);
 }
 
-// A and B of a scored trial (a, b) at origin (x, y). B below the floor (the smallest positive
-// weighted phi): with integer shifts, where the exact B of a trial with an informative sample
-// cannot undercut it, B is raised to it (clamped); with fractional shifts, where small corner
-// weights can, the trial is gathered exactly instead (recomputed).
+// Integer shifts: A and B of trial (a, b) at origin (x, y) gathered exactly (nearest pixels).
+__device__ void exact_integer_sums(const ScoreInputs& in, int a, int b, int x, int y, float& A, float& B) {
+  double sum_a = 0, sum_b = 0;
+  for (int e = 0; e < in.exposures; ++e) {
+    const int px = x + in.sx[std::size_t(a) * in.exposures + e], py = y + in.sy[std::size_t(b) * in.exposures + e];
+    if (px < 0 || py < 0 || px >= in.width || py >= in.height) continue;
+    float psi, phi;
+    bool informative;
+    decode_sample(in.decode, e, px, py, psi, phi, informative);
+    sum_a += psi;
+    sum_b += phi;
+  }
+  A = float(sum_a);
+  B = float(sum_b);
+}
+
+// A and B of a scored trial (a, b) at origin (x, y). The FFT route's B carries a rounding error
+// of the order of the plane's largest values, so a B that is small against them is not trusted:
+// below max(smallest phi, exact_below * E * largest phi) the trial is gathered exactly
+// (recomputed). Engines with exact_below = 0 (the FP16 ones, integer shifts only) instead raise a
+// B below the smallest phi, which the exact B of a trial with a sample cannot undercut (clamped).
+// Fractional shifts always recompute there: small corner weights can undercut any floor.
 __device__ void trial_sums(const ScoreInputs& in, int v_local, int a, int b, int x, int y, float& A, float& B,
                            bool& clamped, bool& recomputed) {
   const std::size_t at = std::size_t(v_local) * in.velocity_stride + std::size_t(x) * in.pitch + y;
   A = in.real[at];
   B = in.real[in.channel_stride + at];
   const float b_floor = __uint_as_float(__ldg(in.floor_bits));
+  float trusted = b_floor;
+  if (in.exact_below > 0)
+    trusted = fmaxf(b_floor, in.exact_below * float(in.exposures) * __uint_as_float(__ldg(in.floor_bits + 1)));
   clamped = recomputed = false;
-  if (B >= b_floor) return;
+  if (B >= trusted) return;
   if (in.fx) {
     exact_bilinear_sums(in, a, b, x, y, A, B);
+    recomputed = true;
+  } else if (in.exact_below > 0) {
+    exact_integer_sums(in, a, b, x, y, A, B);
     recomputed = true;
   } else {
     B = b_floor;
@@ -411,6 +436,7 @@ void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
   in.width = g.width;
   in.height = g.height;
   in.floor_bits = s.floor_bits.data();
+  in.exact_below = s.exact_below;
   in.fx = s.fractional ? s.frac_x.data() : nullptr;
   in.fy = s.fractional ? s.frac_y.data() : nullptr;
   in.decode = decode_inputs(s);
