@@ -62,8 +62,11 @@ TEST(Encoding, Int8ExceptionsKeepBrightValuesExactly) {
     EXPECT_NEAR(d.psi, exact, 1e-5 * std::abs(exact));
   }
   // Invalid code wherever fp32 has no information.
-  for (std::size_t i = 0; i < L.psi.size(); ++i)
-    if (L.phi[i] == 0) EXPECT_EQ(i8.int8[2 * i], int8_codes::psi_invalid);
+  for (std::size_t i = 0; i < L.psi.size(); ++i) {
+    if (L.phi[i] == 0) {
+      EXPECT_EQ(i8.int8[2 * i], int8_codes::psi_invalid);
+    }
+  }
 }
 
 namespace {

@@ -107,8 +107,11 @@ TEST_P(Parity, AgreesWithReference) {
     std::size_t differing = 0;
     for (std::size_t i = 0; i < r.top_k.size(); ++i) {
       const Candidate &a = r.top_k[i], &b = ref.result.top_k[i];
-      if (a.velocity != b.velocity) ++differing;  // near-ties may swap
-      else if (std::isfinite(b.Z)) EXPECT_NEAR(a.Z, b.Z, 1e-4) << "top-k entry " << i;
+      if (a.velocity != b.velocity) {
+        ++differing;  // near-ties may swap
+      } else if (std::isfinite(b.Z)) {
+        EXPECT_NEAR(a.Z, b.Z, 1e-4) << "top-k entry " << i;
+      }
     }
     EXPECT_LE(differing, r.top_k.size() / 1000) << "top-k entries naming other trials";
   }

@@ -39,7 +39,9 @@ TEST(FourierGeometry, CircularShiftEqualsLinearShift) {
         const bool inside_linear = linear >= 0 && linear < w, inside_circular = circular < w;
         ASSERT_EQ(inside_linear, inside_circular) << "w=" << w << " shifts [" << lo << "," << hi
                                                   << "] n=" << n << " x=" << x << " s=" << s;
-        if (inside_linear) ASSERT_EQ(linear, circular);
+        if (inside_linear) {
+          ASSERT_EQ(linear, circular);
+        }
       }
   }
 }

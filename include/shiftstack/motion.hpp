@@ -60,6 +60,8 @@ struct SeparableShifts {
   std::vector<std::int32_t> x, y;
 };
 SeparableShifts integer_shifts(const MotionBank& bank);
+// The same with floor(s): the first bilinear corner of fractional shifts.
+SeparableShifts floor_shifts(const MotionBank& bank);
 
 // Largest |integer shift| over the bank in x and in y (for halos and Fourier padding).
 struct ShiftExtent {

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
 
 #include "shiftstack/error.hpp"
 #include "shiftstack/motion.hpp"
@@ -40,8 +41,12 @@ void validate(const MotionBank& bank, int exposures) {
     require(std::isfinite(v.vx) && std::isfinite(v.vy), "velocity list has a non-finite value");
 }
 
-SeparableShifts integer_shifts(const MotionBank& bank) {
-  require(bank.is_cartesian(), "integer_shifts needs a Cartesian velocity grid");
+namespace {
+// Per-axis shift tables of a Cartesian bank, each shift s = v * (t_e - t_ref) + c_e made integer
+// by `to_pixel`.
+template <typename ToPixel>
+SeparableShifts separable_shifts(const MotionBank& bank, const char* what, ToPixel to_pixel) {
+  require(bank.is_cartesian(), std::string(what) + " needs a Cartesian velocity grid");
   const int E = bank.exposures();
   SeparableShifts s;
   s.exposures = E;
@@ -49,11 +54,20 @@ SeparableShifts integer_shifts(const MotionBank& bank) {
   s.y.resize(bank.vy_count() * E);
   for (std::size_t a = 0; a < bank.vx_count(); ++a)
     for (int e = 0; e < E; ++e)
-      s.x[a * E + e] = round_shift(bank.vx_axis[a] * bank.dt(e) + bank.curve_at_x(e));
+      s.x[a * E + e] = to_pixel(bank.vx_axis[a] * bank.dt(e) + bank.curve_at_x(e));
   for (std::size_t b = 0; b < bank.vy_count(); ++b)
     for (int e = 0; e < E; ++e)
-      s.y[b * E + e] = round_shift(bank.vy_axis[b] * bank.dt(e) + bank.curve_at_y(e));
+      s.y[b * E + e] = to_pixel(bank.vy_axis[b] * bank.dt(e) + bank.curve_at_y(e));
   return s;
+}
+}  // namespace
+
+SeparableShifts integer_shifts(const MotionBank& bank) {
+  return separable_shifts(bank, "integer_shifts", round_shift);
+}
+
+SeparableShifts floor_shifts(const MotionBank& bank) {
+  return separable_shifts(bank, "floor_shifts", [](double s) { return std::int32_t(std::floor(s)); });
 }
 
 ShiftExtent shift_extent(const MotionBank& bank) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "cuda/device_buffer.cuh"
 #include "cuda/device_stack.cuh"
 #include "cuda/gather_outputs.cuh"
 #include "shiftstack/search.hpp"
@@ -28,6 +29,44 @@ struct ShiftSource {
   const double* vx = nullptr;      // per velocity
   const double* vy = nullptr;
   bool bilinear = false;           // fractional mode (bilinear_sample.cuh)
+};
+
+// The FP64 form of ShiftSource on the device: t_e - t_ref and the curve per exposure, vx and vy
+// per velocity (any bank: grids and lists).
+class Fp64ShiftTables {
+ public:
+  void upload(const MotionBank& bank) {
+    const int E = bank.exposures();
+    std::vector<double> dt(E), cx(E), cy(E), vx(bank.size()), vy(bank.size());
+    for (int e = 0; e < E; ++e) {
+      dt[e] = bank.dt(e);
+      cx[e] = bank.curve_at_x(e);
+      cy[e] = bank.curve_at_y(e);
+    }
+    for (std::size_t v = 0; v < bank.size(); ++v) {
+      const Velocity vel = bank.velocity(v);
+      vx[v] = vel.vx;
+      vy[v] = vel.vy;
+    }
+    dt_.upload(dt);
+    cx_.upload(cx);
+    cy_.upload(cy);
+    vx_.upload(vx);
+    vy_.upload(vy);
+    source_ = ShiftSource{};
+    source_.exposures = E;
+    source_.dt = dt_.get();
+    source_.curve_x = cx_.get();
+    source_.curve_y = cy_.get();
+    source_.vx = vx_.get();
+    source_.vy = vy_.get();
+    source_.bilinear = bank.mode == ShiftMode::fractional;
+  }
+  const ShiftSource& source() const { return source_; }
+
+ private:
+  DeviceArray<double> dt_, cx_, cy_, vx_, vy_;
+  ShiftSource source_;
 };
 
 // floor(vel * dt + curve + 0.5) without fused multiply-add, so the rounding matches the host.

@@ -67,33 +67,8 @@ __global__ void __launch_bounds__(serial_block_x* serial_block_y)
 class SerialMethod final : public GatherMethod {
  public:
   GatherGeometry prepare(const SearchInput& input) override {
-    const MotionBank& bank = *input.bank;
-    const int E = bank.exposures();
-    velocities_ = int(bank.size());
-    std::vector<double> dt(E), cx(E), cy(E), vx(velocities_), vy(velocities_);
-    for (int e = 0; e < E; ++e) {
-      dt[e] = bank.dt(e);
-      cx[e] = bank.curve_at_x(e);
-      cy[e] = bank.curve_at_y(e);
-    }
-    for (int v = 0; v < velocities_; ++v) {
-      const Velocity vel = bank.velocity(std::size_t(v));
-      vx[v] = vel.vx;
-      vy[v] = vel.vy;
-    }
-    dt_.upload(dt);
-    cx_.upload(cx);
-    cy_.upload(cy);
-    vx_.upload(vx);
-    vy_.upload(vy);
-    shifts_ = ShiftSource{};
-    shifts_.exposures = E;
-    shifts_.dt = dt_.get();
-    shifts_.curve_x = cx_.get();
-    shifts_.curve_y = cy_.get();
-    shifts_.vx = vx_.get();
-    shifts_.vy = vy_.get();
-    shifts_.bilinear = bank.mode == ShiftMode::fractional;
+    velocities_ = int(input.bank->size());
+    tables_.upload(*input.bank);
     return GatherGeometry{serial_block_x, serial_block_y, 1, 1};
   }
 
@@ -102,20 +77,19 @@ class SerialMethod final : public GatherMethod {
     const dim3 grid((out.tile_width + serial_block_x - 1) / serial_block_x,
                     (out.tile_height + serial_block_y - 1) / serial_block_y);
     dispatch_storage(view.storage, [&]<StorageCode S>() {
-      if (shifts_.bilinear)
-        serial_gather_kernel<S, true><<<grid, block, 0, stream>>>(view, shifts_, velocities_, out);
+      if (tables_.source().bilinear)
+        serial_gather_kernel<S, true><<<grid, block, 0, stream>>>(view, tables_.source(), velocities_, out);
       else
-        serial_gather_kernel<S, false><<<grid, block, 0, stream>>>(view, shifts_, velocities_, out);
+        serial_gather_kernel<S, false><<<grid, block, 0, stream>>>(view, tables_.source(), velocities_, out);
       SHIFTSTACK_CUDA_CHECK_LAUNCH();
     });
   }
 
-  ShiftSource shifts() const override { return shifts_; }
+  ShiftSource shifts() const override { return tables_.source(); }
 
  private:
   int velocities_ = 0;
-  DeviceArray<double> dt_, cx_, cy_, vx_, vy_;
-  ShiftSource shifts_;
+  Fp64ShiftTables tables_;
 };
 
 class SerialEngine final : public Engine {

@@ -44,7 +44,7 @@ constexpr int window_pixel_bytes = int(sizeof(float2) + 4 * sizeof(float));
 constexpr float invalid_phi = -1.0f;
 
 struct BilinearTables {
-  PacketTables packets;  // runs and window corners, from floor(s); the shift tables are unused
+  PacketTables packets;  // runs and window corners, from floor(s) (its shift tables: the floors, unused)
   const double* vx;      // per vx index of the grid
   const double* vy;      // per vy index
   const double* dt;      // per exposure, t_e - t_ref
@@ -205,28 +205,11 @@ __global__ void __launch_bounds__(bilinear_threads)
   write_block_digest(out, digest, key, scratch);
 }
 
-// floor(s) per axis value and exposure, s computed as MotionBank::shift_x/shift_y do: where each
-// packet's window starts. The kernel's own FP64 positions decide the corners.
-SeparableShifts floor_shifts(const MotionBank& bank) {
-  const int E = bank.exposures();
-  SeparableShifts s;
-  s.exposures = E;
-  s.x.resize(bank.vx_count() * E);
-  s.y.resize(bank.vy_count() * E);
-  for (std::size_t a = 0; a < bank.vx_count(); ++a)
-    for (int e = 0; e < E; ++e)
-      s.x[a * E + e] = std::int32_t(std::floor(bank.vx_axis[a] * bank.dt(e) + bank.curve_at_x(e)));
-  for (std::size_t j = 0; j < bank.vy_count(); ++j)
-    for (int e = 0; e < E; ++e)
-      s.y[j * E + e] = std::int32_t(std::floor(bank.vy_axis[j] * bank.dt(e) + bank.curve_at_y(e)));
-  return s;
-}
-
 class BilinearTiledMethod final : public GatherMethod {
  public:
   GatherGeometry prepare(const SearchInput& input) override {
     const MotionBank& bank = *input.bank;
-    const int E = bank.exposures();
+    // Windows start at the packet's smallest floor(s); the kernel's own FP64 positions decide the corners.
     const SeparableShifts floors = floor_shifts(bank);
     // Smaller packets only when neighbouring velocities drift so far apart that the 8x4 window
     // would not fit in shared memory (1x1 always fits: 34 x 10 pixels).
@@ -234,73 +217,25 @@ class BilinearTiledMethod final : public GatherMethod {
     const int sizes[][2] = {{8, 4}, {4, 4}, {4, 2}, {2, 2}, {2, 1}, {1, 1}};
     bool found = false;
     for (const auto& size : sizes) {
-      x_ = cut_axis(floors.x, int(bank.vx_count()), E, size[0]);
-      y_ = cut_axis(floors.y, int(bank.vy_count()), E, size[1]);
-      window_bytes_ = (bilinear_block_x + x_.max_span + corner_margin) *
-                      (bilinear_block_y + y_.max_span + corner_margin) * window_pixel_bytes;
+      packets_.build(bank, floors, size[0], size[1]);
+      window_bytes_ = (bilinear_block_x + packets_.x().max_span + corner_margin) *
+                      (bilinear_block_y + packets_.y().max_span + corner_margin) * window_pixel_bytes;
       if (window_bytes_ <= limit) {
         found = true;
         break;
       }
     }
     require(found, "cuda-tiled: one velocity's bilinear footprint does not fit in shared memory");
-    x_start_.upload(x_.start);
-    x_count_.upload(x_.count);
-    x_min_.upload(x_.min_shift);
-    x_span_.upload(x_.span);
-    y_start_.upload(y_.start);
-    y_count_.upload(y_.count);
-    y_min_.upload(y_.min_shift);
-    y_span_.upload(y_.span);
-    std::vector<double> dt(E), cx(E), cy(E);
-    for (int e = 0; e < E; ++e) {
-      dt[e] = bank.dt(e);
-      cx[e] = bank.curve_at_x(e);
-      cy[e] = bank.curve_at_y(e);
-    }
-    dt_.upload(dt);
-    cx_.upload(cx);
-    cy_.upload(cy);
     vx_axis_.upload(bank.vx_axis);
     vy_axis_.upload(bank.vy_axis);
-    // Per velocity, for the obs_count pass (v = b * vx_count + a).
-    std::vector<double> vx(bank.size()), vy(bank.size());
-    for (std::size_t v = 0; v < bank.size(); ++v) {
-      const Velocity vel = bank.velocity(v);
-      vx[v] = vel.vx;
-      vy[v] = vel.vy;
-    }
-    vx_.upload(vx);
-    vy_.upload(vy);
-
+    shift_tables_.upload(bank);  // dt, curves, and per velocity for the obs_count pass
     tables_ = BilinearTables{};
-    PacketTables& t = tables_.packets;
-    t.exposures = E;
-    t.vx_count = int(bank.vx_count());
-    t.x_groups = x_.groups;
-    t.y_groups = y_.groups;
-    t.x_start = x_start_.get();
-    t.x_count = x_count_.get();
-    t.x_min = x_min_.get();
-    t.x_span = x_span_.get();
-    t.y_start = y_start_.get();
-    t.y_count = y_count_.get();
-    t.y_min = y_min_.get();
-    t.y_span = y_span_.get();
+    tables_.packets = packets_.tables();
     tables_.vx = vx_axis_.get();
     tables_.vy = vy_axis_.get();
-    tables_.dt = dt_.get();
-    tables_.curve_x = cx_.get();
-    tables_.curve_y = cy_.get();
-
-    shifts_ = ShiftSource{};
-    shifts_.exposures = E;
-    shifts_.dt = dt_.get();
-    shifts_.curve_x = cx_.get();
-    shifts_.curve_y = cy_.get();
-    shifts_.vx = vx_.get();
-    shifts_.vy = vy_.get();
-    shifts_.bilinear = true;
+    tables_.dt = shift_tables_.source().dt;
+    tables_.curve_x = shift_tables_.source().curve_x;
+    tables_.curve_y = shift_tables_.source().curve_y;
 
     int per_sm = 0;
     dispatch_storage(storage_of(input.stack->encoding), [&]<StorageCode S>() {
@@ -313,7 +248,7 @@ class BilinearTiledMethod final : public GatherMethod {
     const long long origin_blocks =
         (long long)((input.region.width + bilinear_block_x - 1) / bilinear_block_x) *
         ((input.region.height + bilinear_block_y - 1) / bilinear_block_y);
-    groups_ = velocity_groups(x_.groups * y_.groups, origin_blocks, multiprocessor_count(), per_sm, 64);
+    groups_ = velocity_groups(packets_.packets(), origin_blocks, multiprocessor_count(), per_sm, 64);
     return GatherGeometry{bilinear_block_x, bilinear_block_y, groups_, groups_};
   }
 
@@ -328,18 +263,17 @@ class BilinearTiledMethod final : public GatherMethod {
     });
   }
 
-  ShiftSource shifts() const override { return shifts_; }
+  ShiftSource shifts() const override { return shift_tables_.source(); }
 
  private:
   static StorageCode storage_of(Encoding e) {
     return e == Encoding::fp32 ? StorageCode::fp32 : e == Encoding::fp16 ? StorageCode::fp16 : StorageCode::int8;
   }
 
-  AxisRuns x_, y_;
-  DeviceArray<int> x_start_, x_count_, x_min_, x_span_, y_start_, y_count_, y_min_, y_span_;
-  DeviceArray<double> dt_, cx_, cy_, vx_axis_, vy_axis_, vx_, vy_;
+  PacketTableSet packets_;  // runs and window corners from floor(s)
+  Fp64ShiftTables shift_tables_;
+  DeviceArray<double> vx_axis_, vy_axis_;
   BilinearTables tables_{};
-  ShiftSource shifts_;
   int window_bytes_ = 0, groups_ = 1;
 };
 

@@ -71,8 +71,9 @@ struct PacketTables {
 // Owns the device tables for one search.
 class PacketTableSet {
  public:
-  void build(const MotionBank& bank, int vx_run, int vy_run) {
-    const SeparableShifts s = integer_shifts(bank);
+  void build(const MotionBank& bank, int vx_run, int vy_run) { build(bank, integer_shifts(bank), vx_run, vy_run); }
+  // The same from given per-axis shifts (the bilinear gather places its windows by floor(s)).
+  void build(const MotionBank& bank, const SeparableShifts& s, int vx_run, int vy_run) {
     const int E = bank.exposures();
     x_ = cut_axis(s.x, int(bank.vx_count()), E, vx_run);
     y_ = cut_axis(s.y, int(bank.vy_count()), E, vy_run);
