@@ -57,38 +57,43 @@ SpectralState::~SpectralState() {
 }
 
 void upload_stack(SpectralState& s, const EncodedStack& stack) {
-  if (s.stack_id == stack.id && stack.id != 0) return;
-  s.stack_id = 0;
-  s.encoding = stack.encoding;
-  switch (stack.encoding) {
-    case Encoding::fp32:
-      s.payload.upload(reinterpret_cast<const unsigned char*>(stack.fp32.data()), stack.fp32.size() * 4, s.stream);
-      break;
-    case Encoding::fp16:
-      s.payload.upload(reinterpret_cast<const unsigned char*>(stack.fp16.data()), stack.fp16.size() * 2, s.stream);
-      break;
-    case Encoding::int8:
-      s.payload.upload(reinterpret_cast<const unsigned char*>(stack.int8.data()), stack.int8.size(), s.stream);
-      break;
-  }
-  const std::size_t expected = stack.plane_size() * stack.exposures * stack.bytes_per_pair();
-  require(s.payload.size() == expected, "encoded stack payload has " + std::to_string(s.payload.size()) +
-                                            " bytes, expected " + std::to_string(expected));
-  s.psi_weight.upload(stack.psi_weight, s.stream);
-  s.phi_weight.upload(stack.phi_weight, s.stream);
-  s.exceptions.upload(stack.exceptions, s.stream);
-  std::vector<float> covariances;
-  if (!stack.cov_right.empty()) {
-    const std::size_t planes = stack.plane_size() * stack.exposures;
-    for (const auto* cov : {&stack.cov_right, &stack.cov_down, &stack.cov_diag, &stack.cov_antidiag}) {
-      require(cov->size() == planes, "encoded stack covariance planes have " + std::to_string(cov->size()) +
-                                         " values, expected " + std::to_string(planes));
-      covariances.insert(covariances.end(), cov->begin(), cov->end());
+  if (s.stack_id != stack.id || stack.id == 0) {
+    s.stack_id = 0;
+    s.covariances_id = 0;
+    s.encoding = stack.encoding;
+    switch (stack.encoding) {
+      case Encoding::fp32:
+        s.payload.upload(reinterpret_cast<const unsigned char*>(stack.fp32.data()), stack.fp32.size() * 4, s.stream);
+        break;
+      case Encoding::fp16:
+        s.payload.upload(reinterpret_cast<const unsigned char*>(stack.fp16.data()), stack.fp16.size() * 2, s.stream);
+        break;
+      case Encoding::int8:
+        s.payload.upload(reinterpret_cast<const unsigned char*>(stack.int8.data()), stack.int8.size(), s.stream);
+        break;
     }
+    const std::size_t expected = stack.plane_size() * stack.exposures * stack.bytes_per_pair();
+    require(s.payload.size() == expected, "encoded stack payload has " + std::to_string(s.payload.size()) +
+                                              " bytes, expected " + std::to_string(expected));
+    s.psi_weight.upload(stack.psi_weight, s.stream);
+    s.phi_weight.upload(stack.phi_weight, s.stream);
+    s.exceptions.upload(stack.exceptions, s.stream);
+    SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+    s.stack_id = stack.id;
+  }
+  // The covariance planes only for fractional searches, once per stack.
+  if (!s.fractional || (s.covariances_id == stack.id && stack.id != 0)) return;
+  const std::size_t planes = stack.plane_size() * stack.exposures;
+  std::vector<float> covariances;
+  covariances.reserve(4 * planes);
+  for (const auto* cov : {&stack.cov_right, &stack.cov_down, &stack.cov_diag, &stack.cov_antidiag}) {
+    require(cov->size() == planes, "fractional shifts need the stack's covariance planes (SPEC 2): a plane has " +
+                                       std::to_string(cov->size()) + " values, expected " + std::to_string(planes));
+    covariances.insert(covariances.end(), cov->begin(), cov->end());
   }
   s.covariances.upload(covariances, s.stream);
   SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  s.stack_id = stack.id;
+  s.covariances_id = stack.id;
 }
 
 namespace {

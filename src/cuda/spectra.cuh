@@ -156,7 +156,9 @@ struct SpectralState {
   DeviceArray<float> psi_weight, phi_weight;
   DeviceArray<EncodingException> exceptions;
   // Fractional shifts: the covariance planes [cov_right, cov_down, cov_diag, cov_antidiag][e][y][x]
-  // as the encoder wrote them (decoded-phi units, before phi_weight).
+  // as the encoder wrote them (decoded-phi units, before phi_weight), uploaded by the first
+  // fractional search of the stack (covariances_id).
+  std::uint64_t covariances_id = 0;
   DeviceArray<float> covariances;
 
   // This search.
@@ -303,7 +305,8 @@ inline DecodeInputs decode_inputs(SpectralState& s) {
 
 // --- stages shared by the engines (spectra.cu) ------------------------------------------------------
 
-// Uploads the encoded payload unless this stack is already on the device.
+// Uploads the encoded payload unless this stack is already on the device, and for fractional
+// searches (state.fractional) its covariance planes.
 void upload_stack(SpectralState& state, const EncodedStack& stack);
 // Decodes every exposure into zero-padded weighted planes, marks informative samples, finds the
 // smallest positive weighted phi, and runs the forward transforms (state.spectra).

@@ -206,6 +206,14 @@ TEST(GpuFourier, FractionalShiftsMatchReference) {
   auto reference = make_engine("reference");
   const SearchResult ref = search(*reference, c.stack, c.kit.bank, policy);
   auto engine = make_engine("cuda-fourier");
+  // An integer search of the same stack first: the covariance planes then come with the first
+  // fractional search (the stack itself is already on the device).
+  MotionBank whole_pixels = c.kit.bank;
+  whole_pixels.mode = ShiftMode::integer;
+  const SearchResult integer = search(*engine, c.stack, whole_pixels);
+  const SearchResult integer_ref = search(*reference, c.stack, whole_pixels);
+  for (const auto& f : compare(integer_ref.digest, integer.digest, DigestTolerance::fp32()).failures)
+    ADD_FAILURE() << "integer: " << f;
   const SearchResult r = search(*engine, c.stack, c.kit.bank, policy);
   Case view{c.kit, {}, ref, c.near_threshold};
   expect_agreement("cuda-fourier", view, r, DigestTolerance::fp32());
