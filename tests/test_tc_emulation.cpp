@@ -151,3 +151,41 @@ TEST_P(TcEmulationDigest, AgreesWithReferenceOnCi) {
 
 INSTANTIATE_TEST_SUITE_P(Storage, TcEmulationDigest, ::testing::Values(Encoding::fp32, Encoding::fp16),
                          [](const auto& p) { return to_string(p.param); });
+
+// The fractional Fourier route's algebra (what cuda-fourier computes in FP32), in double, against
+// the reference gather's bilinear A and exact B for every scored trial of a small stack with
+// masks, edges and shifts beyond both sides of the image.
+TEST(FractionalRoute, EqualsTheBilinearGather) {
+  KitOptions o = workload("ci");
+  o.exposures = 10, o.width = 40, o.height = 30, o.vx_count = 5, o.vy_count = 4;
+  o.velocity_displacement = 9, o.curve_amplitude = 2, o.shift_mode = ShiftMode::fractional;
+  o.inject = false;  // too small for the injected track; noise, masks and edges are the point
+  const KitStack kit = make_kit(o);
+  const EncodedStack stack = encode_kit(kit, Encoding::fp16);
+  OutputPolicy all;
+  all.collect_candidates = true;
+  all.candidate_threshold = -std::numeric_limits<double>::infinity();
+  auto reference = make_engine("reference");
+  const SearchResult exact = search(*reference, stack, kit.bank, all);
+  const FractionalRoutePlanes route = fractional_route_planes(stack, kit.bank);
+  double largest_b = 0;
+  for (const Candidate& c : exact.candidates) largest_b = std::max(largest_b, double(c.B));
+  ASSERT_GT(exact.candidates.size(), 1000u);
+  ASSERT_GT(largest_b, 0);
+  // Double-precision transforms of planes whose values reach largest_b: 1e-9 of it is far above
+  // their rounding and far below any difference of operator (a dropped covariance term is ~1e-2).
+  const double tolerance_b = 1e-9 * largest_b, tolerance_a = 1e-9 * std::sqrt(largest_b);
+  const std::size_t image = std::size_t(stack.width) * stack.height;
+  double worst_a = 0, worst_b = 0;
+  for (const Candidate& c : exact.candidates) {
+    const std::size_t at = std::size_t(c.velocity) * image + std::size_t(c.y) * stack.width + c.x;
+    worst_a = std::max(worst_a, std::abs(route.A[at] - double(c.A)));
+    worst_b = std::max(worst_b, std::abs(route.B[at] - double(c.B)) / std::max(double(c.B), 1e-3 * largest_b));
+  }
+  // Candidates carry A and B rounded to float: compare at float resolution, relative to each B
+  // (floored at 1e-3 of the largest, below which float's absolute resolution rules).
+  EXPECT_LT(worst_a, 1e-6 * std::sqrt(largest_b) + tolerance_a);
+  EXPECT_LT(worst_b, 1e-6 + tolerance_b / largest_b);
+  EXPECT_THROW(fractional_route_planes(encode(compute_likelihood(kit.stack, false), Encoding::fp16), kit.bank), Error);
+}
+

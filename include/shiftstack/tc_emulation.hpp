@@ -86,4 +86,15 @@ struct EmulatedSearch {
 EmulatedSearch emulated_tc_search(const EncodedStack& stack, const MotionBank& bank,
                                   const OutputPolicy& policy = {}, Region region = {});
 
+// Fractional (bilinear) shifts through the Fourier route, in double: the operator cuda-fourier
+// computes in FP32. Per axis the corner pair's phase e^{ikn}((1-f) + f e^{ik}) for A; B from the
+// phi channel and three covariance channels (right, down, diagonal + antidiagonal, kept where both
+// samples count) with the separable factors of the bilinear variance (SPEC 2). A and B for every
+// velocity and origin, [v][y * width + x]; no scoring. Small stacks only (dense loops).
+struct FractionalRoutePlanes {
+  int width = 0, height = 0;
+  std::vector<double> A, B;
+};
+FractionalRoutePlanes fractional_route_planes(const EncodedStack& stack, const MotionBank& bank);
+
 }  // namespace shiftstack

@@ -353,4 +353,105 @@ EmulatedSearch emulated_tc_search(const EncodedStack& s, const MotionBank& bank,
   return out;
 }
 
+// --- fractional shifts through the Fourier route, in double ---------------------------------------
+
+FractionalRoutePlanes fractional_route_planes(const EncodedStack& s, const MotionBank& bank) {
+  require(s.exposures > 0, "fractional_route_planes: empty stack");
+  validate(bank, s.exposures);
+  require(bank.is_cartesian(), "fractional_route_planes: the Fourier route needs a Cartesian velocity grid");
+  const std::size_t image = s.plane_size();
+  for (const auto* cov : {&s.cov_right, &s.cov_down, &s.cov_diag, &s.cov_antidiag})
+    require(cov->size() == image * s.exposures, "fractional_route_planes: the stack has no covariance planes");
+  const int E = s.exposures, W = s.width, H = s.height;
+  const int va = int(bank.vx_count()), vb = int(bank.vy_count());
+  const SeparableShifts floors = floor_shifts(bank);
+  FourierGeometry g = fourier_geometry(W, H, floors);
+  g.nx = padded_fourier_size(W, g.min_sx, g.max_sx + 1);  // the second corner
+  g.ny = padded_fourier_size(H, g.min_sy, g.max_sy + 1);
+  const int nx = g.nx, ny = g.ny;
+  const std::size_t plane = std::size_t(nx) * ny;
+
+  // Channels per exposure: psi, phi, and the covariances of counted pairs (both samples
+  // informative), weighted: right, down, and diagonal + antidiagonal, at the pair's first corner.
+  std::vector<std::vector<cd>> spectra(5 * std::size_t(E));  // [channel * E + e][x * ny + y]
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int e = 0; e < E; ++e) {
+    auto informative = [&](int x, int y, DecodedSample* out = nullptr) {
+      if (x >= W || y >= H) return false;
+      const DecodedSample d = decode(s, e, std::size_t(y) * W + x);
+      if (out) *out = d;
+      return d.valid && d.phi > 0;
+    };
+    const double weight = s.phi_weight[e];
+    auto cov = [&](const std::vector<float>& c, int x, int y) {
+      return weight * double(c[std::size_t(e) * image + std::size_t(y) * W + x]);
+    };
+    std::vector<std::vector<cd>> planes(5, std::vector<cd>(plane, 0.0));
+    for (int y = 0; y < H; ++y)
+      for (int x = 0; x < W; ++x) {
+        DecodedSample d;
+        const bool here = informative(x, y, &d), east = informative(x + 1, y), south = informative(x, y + 1);
+        const std::size_t at = std::size_t(x) * ny + y;
+        if (here) planes[0][at] = d.psi, planes[1][at] = d.phi;
+        if (here && east) planes[2][at] = cov(s.cov_right, x, y);
+        if (here && south) planes[3][at] = cov(s.cov_down, x, y);
+        double diagonals = 0;
+        if (here && informative(x + 1, y + 1)) diagonals += cov(s.cov_diag, x, y);
+        if (east && south) diagonals += cov(s.cov_antidiag, x, y);
+        planes[4][at] = diagonals;
+      }
+    for (int c = 0; c < 5; ++c) {
+      fft2(planes[c], nx, ny, -1);
+      spectra[std::size_t(c) * E + e] = std::move(planes[c]);
+    }
+  }
+
+  // Per axis value, exposure and frequency: the bilinear factors of the corner pair n, n + 1.
+  struct Factors {
+    cd interpolate, squares, cross;
+  };
+  auto axis_factors = [](double shift, int whole, int m, int n) {
+    const double f = shift - whole, h = 1 - f;
+    const cd base = unit_root(std::int64_t(m) * whole, n), step = unit_root(m, n);
+    return Factors{base * (h + f * step), base * (h * h + f * f * step), base * (2 * f * h)};
+  };
+  const std::int64_t V = std::int64_t(va) * vb;
+  FractionalRoutePlanes out;
+  out.width = W, out.height = H;
+  out.A.assign(std::size_t(V) * image, 0.0);
+  out.B.assign(std::size_t(V) * image, 0.0);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t v = 0; v < V; ++v) {
+    const int a = int(v % va), b = int(v / va);
+    std::vector<cd> A(plane, 0.0), B(plane, 0.0);
+    for (int e = 0; e < E; ++e) {
+      const double sx = bank.vx_axis[a] * bank.dt(e) + bank.curve_at_x(e);
+      const double sy = bank.vy_axis[b] * bank.dt(e) + bank.curve_at_y(e);
+      const int nxe = floors.x[std::size_t(a) * E + e], nye = floors.y[std::size_t(b) * E + e];
+      std::vector<Factors> fy(ny);
+      for (int my = 0; my < ny; ++my) fy[my] = axis_factors(sy, nye, my, ny);
+      for (int mx = 0; mx < nx; ++mx) {
+        const Factors t = axis_factors(sx, nxe, mx, nx);
+        for (int my = 0; my < ny; ++my) {
+          const std::size_t k = std::size_t(mx) * ny + my;
+          const Factors& u = fy[my];
+          auto at = [&](int c) { return spectra[std::size_t(c) * E + e][k]; };
+          A[k] += at(0) * u.interpolate * t.interpolate;
+          B[k] += (at(1) * u.squares + at(3) * u.cross) * t.squares +
+                  (at(2) * u.squares + 0.5 * at(4) * u.cross) * t.cross;
+        }
+      }
+    }
+    fft2(A, nx, ny, +1);
+    fft2(B, nx, ny, +1);
+    for (int y = 0; y < H; ++y)
+      for (int x = 0; x < W; ++x) {
+        const std::size_t k = std::size_t(x) * ny + y, o = std::size_t(v) * image + std::size_t(y) * W + x;
+        out.A[o] = A[k].real() / double(plane);
+        out.B[o] = B[k].real() / double(plane);
+      }
+  }
+  return out;
+}
+
 }  // namespace shiftstack
