@@ -114,6 +114,16 @@ KitOptions small_kit(ShiftMode mode) {
   return o;
 }
 
+// Every trial above `threshold` listed by `engine` on the fp32 encoding of the maps.
+SearchResult candidates_above(const LikelihoodStack& likelihood, const MotionBank& bank, const std::string& engine,
+                              double threshold) {
+  auto searcher = make_engine(engine);
+  OutputPolicy policy;
+  policy.collect_candidates = true;
+  policy.candidate_threshold = threshold;
+  return search(*searcher, encode(likelihood, Encoding::fp32), bank, policy);
+}
+
 void expect_curves_sum_to_engine(ShiftMode mode) {
   const KitStack kit = make_kit(small_kit(mode));
   const LikelihoodStack likelihood = compute_likelihood(kit.stack, mode == ShiftMode::fractional);
@@ -146,11 +156,7 @@ TEST(LightCurve, SumsToTheReferenceEngineFractionalMode) { expect_curves_sum_to_
 TEST(Filter, WithoutClippingTheLikelihoodIsTheSearchScore) {
   const KitStack kit = make_kit(small_kit(ShiftMode::integer));
   const LikelihoodStack likelihood = compute_likelihood(kit.stack);
-  auto engine = make_engine("reference");
-  OutputPolicy policy;
-  policy.collect_candidates = true;
-  policy.candidate_threshold = 1.0;
-  const SearchResult result = search(*engine, encode(likelihood, Encoding::fp32), kit.bank, policy);
+  const SearchResult result = candidates_above(likelihood, kit.bank, "reference", 1.0);
   FilterOptions o;
   o.sigma_g = false;
   o.num_obs = 0;
@@ -178,11 +184,7 @@ TEST(Filter, WithoutClippingTheLikelihoodIsTheSearchScore) {
 TEST(Filter, SuppliedLightCurvesGiveTheSameDetections) {
   const KitStack kit = make_kit(small_kit(ShiftMode::integer));
   const LikelihoodStack likelihood = compute_likelihood(kit.stack);
-  auto engine = make_engine("reference");
-  OutputPolicy policy;
-  policy.collect_candidates = true;
-  policy.candidate_threshold = 1.0;
-  const SearchResult result = search(*engine, encode(likelihood, Encoding::fp32), kit.bank, policy);
+  const SearchResult result = candidates_above(likelihood, kit.bank, "reference", 1.0);
   ASSERT_GT(result.candidates.size(), 20u);
   FilterOptions o;
   o.lh_level = 2.0;  // some pass, some fail after clipping
@@ -347,11 +349,8 @@ TEST(Pipeline, InjectedSourceBecomesOneCandidate) {
   const KitStack kit = make_kit(o);
   ASSERT_TRUE(kit.truth.injected);
   const LikelihoodStack likelihood = compute_likelihood(kit.stack);
-  auto engine = make_engine(best_available_engine());
-  OutputPolicy policy;
-  policy.collect_candidates = true;
-  policy.candidate_threshold = 5.0;  // low enough that the source has many neighbouring crossings
-  const SearchResult result = search(*engine, encode(likelihood, Encoding::fp32), kit.bank, policy);
+  // 5: low enough that the source has many neighbouring crossings.
+  const SearchResult result = candidates_above(likelihood, kit.bank, best_available_engine(), 5.0);
   ASSERT_GT(result.candidates.size(), 5u) << "the test needs duplicates to merge";
   FilterOptions f;
   f.lh_level = 5.0;
