@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device_stack.hpp"
-#include "cuda/gather_fast.hpp"
+#include "cuda/common/device_stack.hpp"
+#include "cuda/gather/gather_fast.hpp"
 #include "shiftstack/encoding.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"

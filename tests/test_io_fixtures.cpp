@@ -11,7 +11,7 @@
 #include "shiftstack/error.hpp"
 #include "shiftstack/io/config.hpp"
 #include "shiftstack/io/fits.hpp"
-#include "shiftstack/io/run.hpp"
+#include "shiftstack/run.hpp"
 #include "shiftstack/io/wcs.hpp"
 #include "test_io_support.hpp"
 

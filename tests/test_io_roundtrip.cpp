@@ -17,7 +17,7 @@
 #include "shiftstack/search.hpp"
 #include "shiftstack/io/config.hpp"
 #include "shiftstack/io/fits.hpp"
-#include "shiftstack/io/run.hpp"
+#include "shiftstack/run.hpp"
 #include "shiftstack/io/wcs.hpp"
 #include "shiftstack/synth.hpp"
 #include "test_io_support.hpp"

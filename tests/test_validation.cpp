@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <numbers>
 
-#include "../src/core/validation_internal.hpp"
+#include "../src/validation/validation_internal.hpp"
 #include "shiftstack/digest.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"

@@ -5,5 +5,5 @@
 #include "shiftstack/io/config.hpp"
 #include "shiftstack/io/fits.hpp"
 #include "shiftstack/io/results.hpp"
-#include "shiftstack/io/run.hpp"
+#include "shiftstack/run.hpp"
 #include "shiftstack/io/wcs.hpp"

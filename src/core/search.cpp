@@ -1,7 +1,7 @@
 #include <chrono>
 #include <unistd.h>
 
-#include "engine_registry.hpp"
+#include "core/engine_registry.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/search.hpp"
 

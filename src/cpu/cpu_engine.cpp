@@ -21,7 +21,7 @@
 #include <type_traits>
 
 #include "cpu/simd16.hpp"
-#include "engine_registry.hpp"
+#include "core/engine_registry.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/search.hpp"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine_registry.hpp"
+#include "core/engine_registry.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/search.hpp"
 

@@ -13,7 +13,7 @@
 #include <map>
 #include <mutex>
 
-#include "../../src/cuda/spectral_engine.hpp"
+#include "../../src/cuda/spectral/spectral_engine.hpp"
 #include "../test_support.hpp"
 #include "shiftstack/tc_emulation.hpp"
 

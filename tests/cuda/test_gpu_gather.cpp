@@ -13,8 +13,8 @@
 #include <tuple>
 
 #include "../test_support.hpp"
-#include "cuda/device_stack.hpp"
-#include "cuda/gather_fast.hpp"
+#include "cuda/common/device_stack.hpp"
+#include "cuda/gather/gather_fast.hpp"
 
 using namespace shiftstack;
 using namespace shiftstack::testing;

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "../test_support.hpp"
-#include "cuda/likelihood_gpu.hpp"
+#include "cuda/common/likelihood_gpu.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/pipeline.hpp"
 

@@ -5,10 +5,10 @@
 
 #include <cmath>
 
-#include "cuda/likelihood_gpu.hpp"
+#include "cuda/common/likelihood_gpu.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/io/config.hpp"
-#include "shiftstack/io/run.hpp"
+#include "shiftstack/run.hpp"
 #include "shiftstack/synth.hpp"
 #include "../test_io_support.hpp"
 

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "engine_registry.hpp"
+#include "core/engine_registry.hpp"
 #include "spectra.cuh"
 
 namespace shiftstack::cuda {

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "core/likelihood_kernels.hpp"
-#include "cuda/check.cuh"
-#include "cuda/device_buffer.cuh"
-#include "cuda/device_stack.cuh"
-#include "cuda/likelihood_gpu.hpp"
+#include "cuda/common/check.cuh"
+#include "cuda/common/device_buffer.cuh"
+#include "cuda/common/device_stack.cuh"
+#include "cuda/common/likelihood_gpu.hpp"
 #include "shiftstack/error.hpp"
 
 namespace shiftstack::cuda {

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "spectra.cuh"
-#include "warp_mma.cuh"
+#include "cuda/common/warp_mma.cuh"
 
 namespace shiftstack::cuda {
 

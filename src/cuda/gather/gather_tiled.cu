@@ -7,12 +7,12 @@
 #include <memory>
 #include <string>
 
-#include "cuda/check.cuh"
-#include "cuda/gather_bilinear.hpp"
-#include "cuda/gather_driver.cuh"
-#include "cuda/velocity_packets.cuh"
-#include "cuda/gather_engines.hpp"
-#include "engine_registry.hpp"
+#include "cuda/common/check.cuh"
+#include "cuda/gather/gather_bilinear.hpp"
+#include "cuda/gather/gather_driver.cuh"
+#include "cuda/gather/velocity_packets.cuh"
+#include "cuda/gather/gather_engines.hpp"
+#include "core/engine_registry.hpp"
 
 namespace shiftstack {
 

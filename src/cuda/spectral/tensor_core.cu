@@ -20,9 +20,9 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "engine_registry.hpp"
+#include "core/engine_registry.hpp"
 #include "spectra.cuh"
-#include "warp_mma.cuh"
+#include "cuda/common/warp_mma.cuh"
 
 namespace shiftstack::cuda {
 

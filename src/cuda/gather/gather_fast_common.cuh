@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device_stack.cuh"
-#include "cuda/gather_driver.cuh"
-#include "cuda/gather_fast.hpp"
-#include "cuda/gather_outputs.cuh"
-#include "cuda/velocity_packets.cuh"
+#include "cuda/common/device_stack.cuh"
+#include "cuda/gather/gather_driver.cuh"
+#include "cuda/gather/gather_fast.hpp"
+#include "cuda/gather/gather_outputs.cuh"
+#include "cuda/gather/velocity_packets.cuh"
 
 namespace shiftstack::cuda::fast_gather {
 

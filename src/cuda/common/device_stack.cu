@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/check.cuh"
-#include "cuda/device_stack.cuh"
-#include "cuda/device_stack.hpp"
+#include "cuda/common/check.cuh"
+#include "cuda/common/device_stack.cuh"
+#include "cuda/common/device_stack.hpp"
 #include "shiftstack/error.hpp"
 
 namespace shiftstack::cuda {

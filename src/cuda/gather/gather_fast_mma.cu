@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check.cuh"
-#include "cuda/gather_fast_common.cuh"
-#include "cuda/warp_mma.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/gather/gather_fast_common.cuh"
+#include "cuda/common/warp_mma.cuh"
 #include "shiftstack/encoding.hpp"
 
 namespace shiftstack::cuda::fast_gather {

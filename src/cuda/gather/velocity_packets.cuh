@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/device_buffer.cuh"
-#include "cuda/gather_driver.cuh"
+#include "cuda/common/device_buffer.cuh"
+#include "cuda/gather/gather_driver.cuh"
 #include "shiftstack/motion.hpp"
 
 namespace shiftstack::cuda {

@@ -16,7 +16,7 @@
 #include "shiftstack/likelihood.hpp"
 #include "shiftstack/search.hpp"
 #include "shiftstack/validation.hpp"
-#include "validation_internal.hpp"
+#include "validation/validation_internal.hpp"
 
 namespace shiftstack {
 

@@ -10,9 +10,9 @@
 // what the fused kernel avoids.
 #include <algorithm>
 
-#include "engine_registry.hpp"
+#include "core/engine_registry.hpp"
 #include "spectra.cuh"
-#include "warp_mma.cuh"
+#include "cuda/common/warp_mma.cuh"
 
 namespace shiftstack::cuda {
 

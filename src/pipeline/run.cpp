@@ -1,5 +1,5 @@
 // The search pipeline, stage by stage, with a wall-clock time per stage.
-#include "shiftstack/io/run.hpp"
+#include "shiftstack/run.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +14,7 @@
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"
 #ifdef SHIFTSTACK_HAVE_CUDA
-#include "cuda/likelihood_gpu.hpp"
+#include "cuda/common/likelihood_gpu.hpp"
 #endif
 
 namespace shiftstack::io {

@@ -6,7 +6,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "cuda/device_stack.cuh"
+#include "cuda/common/device_stack.cuh"
 
 namespace shiftstack::cuda {
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "check.cuh"
+#include "cuda/common/check.cuh"
 #include "shiftstack/encoding.hpp"
 #include "shiftstack/motion.hpp"
 #include "shiftstack/tc_emulation.hpp"

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "cuda/check.cuh"
+#include "cuda/common/check.cuh"
 
 namespace shiftstack::cuda {
 

@@ -6,12 +6,12 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/bilinear_sample.cuh"
-#include "cuda/check.cuh"
-#include "cuda/device_buffer.cuh"
-#include "cuda/gather_driver.cuh"
-#include "cuda/gather_engines.hpp"
-#include "engine_registry.hpp"
+#include "cuda/gather/bilinear_sample.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/device_buffer.cuh"
+#include "cuda/gather/gather_driver.cuh"
+#include "cuda/gather/gather_engines.hpp"
+#include "core/engine_registry.hpp"
 
 namespace shiftstack {
 

@@ -28,14 +28,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "cuda/check.cuh"
-#include "cuda/gather_bilinear.hpp"
-#include "cuda/gather_driver.cuh"
-#include "cuda/gather_fast.hpp"
-#include "cuda/gather_fast_common.cuh"
-#include "cuda/velocity_packets.cuh"
-#include "cuda/gather_engines.hpp"
-#include "engine_registry.hpp"
+#include "cuda/common/check.cuh"
+#include "cuda/gather/gather_bilinear.hpp"
+#include "cuda/gather/gather_driver.cuh"
+#include "cuda/gather/gather_fast.hpp"
+#include "cuda/gather/gather_fast_common.cuh"
+#include "cuda/gather/velocity_packets.cuh"
+#include "cuda/gather/gather_engines.hpp"
+#include "core/engine_registry.hpp"
 
 namespace shiftstack {
 

@@ -5,11 +5,11 @@
 #include <limits>
 #include <vector>
 
-#include "cuda/bilinear_sample.cuh"
-#include "cuda/check.cuh"
-#include "cuda/device_buffer.cuh"
-#include "cuda/device_stack.hpp"
-#include "cuda/gather_driver.cuh"
+#include "cuda/gather/bilinear_sample.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/device_buffer.cuh"
+#include "cuda/common/device_stack.hpp"
+#include "cuda/gather/gather_driver.cuh"
 #include "shiftstack/error.hpp"
 
 namespace shiftstack::cuda {

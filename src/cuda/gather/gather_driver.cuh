@@ -7,9 +7,9 @@
 #include <cmath>
 #include <string>
 
-#include "cuda/device_buffer.cuh"
-#include "cuda/device_stack.cuh"
-#include "cuda/gather_outputs.cuh"
+#include "cuda/common/device_buffer.cuh"
+#include "cuda/common/device_stack.cuh"
+#include "cuda/gather/gather_outputs.cuh"
 #include "shiftstack/search.hpp"
 
 namespace shiftstack::cuda {

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "cuda/bilinear_sample.cuh"
-#include "cuda/check.cuh"
-#include "cuda/device_buffer.cuh"
-#include "cuda/gather_bilinear.hpp"
-#include "cuda/gather_driver.cuh"
-#include "cuda/velocity_packets.cuh"
+#include "cuda/gather/bilinear_sample.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/device_buffer.cuh"
+#include "cuda/gather/gather_bilinear.hpp"
+#include "cuda/gather/gather_driver.cuh"
+#include "cuda/gather/velocity_packets.cuh"
 #include "shiftstack/error.hpp"
 
 namespace shiftstack::cuda {

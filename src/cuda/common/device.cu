@@ -3,9 +3,9 @@
 
 #include <string>
 
-#include "cuda/gather_engines.hpp"
-#include "cuda/spectral_engine.hpp"
-#include "engine_registry.hpp"
+#include "cuda/gather/gather_engines.hpp"
+#include "cuda/spectral/spectral_engine.hpp"
+#include "core/engine_registry.hpp"
 
 namespace shiftstack {
 
