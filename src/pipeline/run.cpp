@@ -13,6 +13,7 @@
 #include "shiftstack/encoding.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"
+#include "pipeline/stages.hpp"
 #ifdef SHIFTSTACK_HAVE_CUDA
 #include "cuda/common/likelihood_gpu.hpp"
 #endif
@@ -37,12 +38,6 @@ struct StageRecorder {
   }
 };
 
-std::string format(const char* pattern, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, pattern, value);
-  return text;
-}
-
 // A deterministic 128-bit identifier per candidate (same inputs and trajectory, same uuid),
 // printed as 32 hexadecimal digits like KBMOD's uuid4().hex.
 std::uint64_t mix64(std::uint64_t x) {
@@ -62,274 +57,61 @@ std::uint64_t hash_double(std::uint64_t h, double v) {
   return mix64(h ^ bits);
 }
 
-std::unique_ptr<Engine> choose_engine(const std::string& requested, bool cpu_only, const SearchInput& input) {
-  if (requested != "auto") return make_engine(requested);
-  std::vector<const EngineInfo*> order;
-  for (const auto& e : engines())
-    if (e.available() && !(cpu_only && e.gpu)) order.push_back(&e);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const EngineInfo* a, const EngineInfo* b) { return a->preference > b->preference; });
-  std::string reasons;
-  for (const EngineInfo* e : order) {
-    auto engine = e->make();
-    const std::string why = engine->unsupported_reason(input);
-    if (why.empty()) return engine;
-    reasons += "; " + e->name + ": " + why;
-  }
-  throw Error("no available engine can run this search" + reasons);
-}
-
-// Whether psi/phi may go to the GPU at all (before looking for a device): not with
-// likelihood_device cpu, and with auto not for cpu_only runs nor fractional shifts (the GPU
-// path computes no covariance planes).
-bool gpu_likelihood_wanted(const SearchConfig& config) {
-  if (config.likelihood_device == "cpu") return false;
-  if (config.likelihood_device == "gpu") return true;
-  return !config.cpu_only && config.shift_mode == ShiftMode::integer;
-}
-
-// The final choice; likelihood_device gpu fails loudly where the GPU path cannot run.
-bool gpu_likelihood(const SearchConfig& config) {
-  if (!gpu_likelihood_wanted(config)) return false;
-  const bool required = config.likelihood_device == "gpu";
-  if (required)
-    require(config.shift_mode == ShiftMode::integer,
-            "likelihood_device gpu: fractional shifts need the covariance planes, which only the CPU "
-            "computes; use likelihood_device auto or cpu");
-#ifdef SHIFTSTACK_HAVE_CUDA
-  const bool present = cuda::likelihood_gpu_available();
-  if (required) require(present, "likelihood_device gpu: no CUDA device found");
-  return present;
-#else
-  if (required) throw Error("likelihood_device gpu: this build has no CUDA support");
-  return false;
-#endif
-}
-
-// psi/phi of candidates' trajectories, from the host planes or, in batches, from the device.
-constexpr std::size_t light_curve_batch = 1 << 16;
-
 void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOptions& options,
                      std::future<void>* device_warm_up = nullptr) {
   StageRecorder stage{out, options.progress};
   const ExposureStack& stack = out.loaded.stack;
-  const int E = stack.size(), W = stack.width(), H = stack.height();
 
-  // ---- motion bank ----
   auto start = Clock::now();
-  MotionBank& bank = out.bank;
-  for (const auto& x : stack.exposures) bank.epochs.push_back(x.epoch);
-  if (config.reference_time == "mid") {
-    bank.t_ref = mid_span(bank.epochs);
-  } else if (config.reference_time == "first") {
-    bank.t_ref = *std::min_element(bank.epochs.begin(), bank.epochs.end());
-  } else {
-    bank.t_ref = std::stod(config.reference_time);
-  }
-  bank.mode = config.shift_mode;
-  const auto& cx = out.loaded.curve_x;
-  const auto& cy = out.loaded.curve_y;
-  const bool has_curve = std::any_of(cx.begin(), cx.end(), [](double v) { return v != 0; }) ||
-                         std::any_of(cy.begin(), cy.end(), [](double v) { return v != 0; });
-  if (has_curve) {
-    require(int(cx.size()) == E && int(cy.size()) == E, "common-curve offsets do not match the exposures");
-    bank.curve_x = cx;
-    bank.curve_y = cy;
-  }
-  std::optional<double> ecliptic;
-  for (const auto& w : out.loaded.wcs)
-    if (w) {
-      try {
-        ecliptic = ecliptic_angle(*w, 0.5 * W, 0.5 * H);
-      } catch (const Error&) {
-      }
-      break;
-    }
-  fill_velocities(config.generator, bank, ecliptic);
-  validate(bank, E);
-  {
-    std::ostringstream d;
-    d << bank.size() << " velocities (" << config.generator.name << "), t_ref MJD " << std::fixed;
-    d.precision(5);
-    d << bank.t_ref << (has_curve ? ", common curve from headers" : "");
-    stage.record("bank", start, d.str());
-  }
+  BankStage bank = build_bank(config, out.loaded);
+  out.bank = std::move(bank.bank);
+  stage.record("bank", start, bank.detail);
 
-  // ---- likelihood maps and encoding ----
-  // On the GPU (when chosen) the planes stay on the device: the cube the gather engines search is
-  // encoded there, and light curves are sampled from there; on the CPU as before.
   start = Clock::now();
   if (device_warm_up && device_warm_up->valid()) device_warm_up->get();
-  LikelihoodStack likelihood;
-  std::string likelihood_detail = "psi/phi for " + std::to_string(E) + " exposures";
-#ifdef SHIFTSTACK_HAVE_CUDA
-  std::unique_ptr<cuda::DeviceLikelihood> device_likelihood;
-  if (gpu_likelihood(config)) {
-    try {
-      // run_search() validated the stack already (read_exposures, or the in-memory entry).
-      device_likelihood = std::make_unique<cuda::DeviceLikelihood>(stack, true);
-      likelihood_detail += " on the GPU (staging " + format("%.2f s", device_likelihood->times().staging) + ")";
-    } catch (const Error& e) {
-      if (config.likelihood_device == "gpu") throw;
-      out.warnings.push_back(std::string("psi/phi computed on the CPU: the GPU path failed: ") + e.what());
-    }
-  }
-  const bool on_gpu = device_likelihood != nullptr;
-#else
-  gpu_likelihood(config);  // throws for likelihood_device gpu
-  const bool on_gpu = false;
-#endif
-  if (!on_gpu) likelihood = compute_likelihood(stack, bank.mode == ShiftMode::fractional);
-  out.likelihood_device = on_gpu ? "gpu" : "cpu";
-  stage.record("likelihood", start, likelihood_detail);
+  LikelihoodMaps maps = compute_maps(config, stack, out.bank.mode);
+  out.likelihood_device = maps.on_gpu() ? "gpu" : "cpu";
+  out.warnings.insert(out.warnings.end(), maps.warnings.begin(), maps.warnings.end());
+  stage.record("likelihood", start, maps.detail);
 
   start = Clock::now();
   out.encoding = options.encoding.value_or(config.encoding);
-  std::unique_ptr<EncodedStack> encoded;
-#ifdef SHIFTSTACK_HAVE_CUDA
-  if (on_gpu) encoded = std::make_unique<EncodedStack>(device_likelihood->encode(out.encoding));
-#endif
-  if (!on_gpu) encoded = std::make_unique<EncodedStack>(encode(likelihood, out.encoding));
-  stage.record("encode", start, to_string(out.encoding) + ", " + format("%.3g GB", double(encoded->plane_size()) * E *
-                                                                                   double(encoded->bytes_per_pair()) / 1e9) +
-                                    (on_gpu ? " on the GPU" : ""));
+  EncodeStage encoded = encode_maps(maps, out.encoding);
+  stage.record("encode", start, encoded.detail);
 
-  // ---- search ----
   start = Clock::now();
-  OutputPolicy policy;
-  policy.collect_candidates = true;
-  policy.candidate_threshold = config.filter.lh_level;
-  policy.max_candidates = config.max_candidates;
-  Region region;
-  if (config.x_bounds) {
-    region.x0 = (*config.x_bounds)[0];
-    region.width = (*config.x_bounds)[1] - (*config.x_bounds)[0];
-  }
-  if (config.y_bounds) {
-    region.y0 = (*config.y_bounds)[0];
-    region.height = (*config.y_bounds)[1] - (*config.y_bounds)[0];
-  }
-  const SearchInput probe{encoded.get(), &bank, resolve(region, W, H), policy};
-  auto engine = choose_engine(options.engine.empty() ? config.engine : options.engine, config.cpu_only, probe);
-  std::string search_note;
-#ifdef SHIFTSTACK_HAVE_CUDA
-  // Engines other than the CUDA gathers read the host payload: fetch the device cube for them.
-  if (on_gpu && !cuda::reads_device_cube(engine->name())) {
-    cuda::download_device_cube(*encoded);
-    search_note = " (cube fetched from the GPU)";
-  }
-#endif
-  SearchResult result = search(*engine, *encoded, bank, policy, region);
-  encoded.reset();
-#ifdef SHIFTSTACK_HAVE_CUDA
-  if (on_gpu) cuda::release_device_cube();
-#endif
-  out.engine = result.engine;
-  out.digest = result.digest;
-  out.threshold_crossings = std::int64_t(result.candidates.size());
-  {
-    std::ostringstream d;
-    d << result.engine << ": " << double(result.digest.trials) << " trials x " << E << " exposures, maxZ "
-      << format("%.2f", result.digest.maxZ) << ", " << out.threshold_crossings << " above lh_level "
-      << config.filter.lh_level << search_note;
-    stage.record("search", start, d.str());
-  }
+  SearchStage searched = search_stage(config, options.engine, std::move(encoded.stack), out.bank, maps.on_gpu());
+  out.engine = searched.result.engine;
+  out.digest = searched.result.digest;
+  out.threshold_crossings = std::int64_t(searched.result.candidates.size());
+  stage.record("search", start, searched.detail);
 
-  // ---- filtering ----
   start = Clock::now();
-  std::vector<Detection> detections;
-  if (!on_gpu) {
-    detections = filter_candidates(result.candidates, likelihood, bank, config.filter, &out.filter);
-  } else {
-#ifdef SHIFTSTACK_HAVE_CUDA
-    // Batches of candidates keep the sampled curves small whatever the number of crossings.
-    for (std::size_t begin = 0; begin < result.candidates.size(); begin += light_curve_batch) {
-      const std::size_t end = std::min(result.candidates.size(), begin + light_curve_batch);
-      const std::vector<Candidate> batch(result.candidates.begin() + std::ptrdiff_t(begin),
-                                         result.candidates.begin() + std::ptrdiff_t(end));
-      FilterStats stats;
-      std::vector<Detection> kept = filter_candidates(
-          batch, device_likelihood->light_curves(bank, result.candidates, begin, end), E, config.filter, &stats);
-      out.filter.input += stats.input;
-      out.filter.below_likelihood += stats.below_likelihood;
-      out.filter.too_few_observations += stats.too_few_observations;
-      out.filter.kept += stats.kept;
-      detections.insert(detections.end(), std::make_move_iterator(kept.begin()), std::make_move_iterator(kept.end()));
-    }
-#endif
-  }
-  result.candidates = {};
-  likelihood = LikelihoodStack{};
-#ifdef SHIFTSTACK_HAVE_CUDA
-  device_likelihood.reset();
-#endif
-  stage.record("filter", start,
-               std::to_string(out.filter.kept) + " kept; " + std::to_string(out.filter.below_likelihood) +
-                   " below lh_level after clipping, " + std::to_string(out.filter.too_few_observations) +
-                   " with too few observations");
+  FilterStage filtered = filter_stage(std::move(searched.result.candidates), maps, out.bank, config.filter);
+  maps = LikelihoodMaps{};  // the planes are not needed past the light curves
+  out.filter = filtered.stats;
+  stage.record("filter", start, filtered.detail);
 
-  // ---- clustering ----
   start = Clock::now();
-  out.before_clustering = std::int64_t(detections.size());
-  if (config.do_clustering) {
-    detections = cluster_detections(std::move(detections), bank, config.cluster);
-  } else {
-    std::stable_sort(detections.begin(), detections.end(),
-                     [](const Detection& a, const Detection& b) { return a.likelihood > b.likelihood; });
-  }
-  if (config.max_results > 0 && std::int64_t(detections.size()) > config.max_results) {
-    out.warnings.push_back("kept the best " + std::to_string(config.max_results) + " of " +
-                           std::to_string(detections.size()) + " candidates (max_results)");
-    detections.resize(std::size_t(config.max_results));
-  }
-  stage.record("cluster", start,
-               config.do_clustering ? std::to_string(out.before_clustering) + " -> " +
-                                          std::to_string(detections.size()) + " candidates (" +
-                                          to_string(config.cluster.space) + ", eps " +
-                                          format("%g", config.cluster.eps) + " px)"
-                                    : "off");
+  out.before_clustering = std::int64_t(filtered.detections.size());
+  ClusterStage clustered = cluster_stage(std::move(filtered.detections), out.bank, config);
+  out.warnings.insert(out.warnings.end(), clustered.warnings.begin(), clustered.warnings.end());
+  stage.record("cluster", start, clustered.detail);
 
-  // ---- stamps ----
   start = Clock::now();
-  out.coadd_types = {config.stamp_type};
-  for (CoaddType t : config.coadds)
-    if (std::find(out.coadd_types.begin(), out.coadd_types.end(), t) == out.coadd_types.end()) out.coadd_types.push_back(t);
-  const int n = int(detections.size());
-  out.stamps.assign(out.coadd_types.size(), std::vector<Image<float>>(n));
-#pragma omp parallel for schedule(dynamic, 4)
-  for (int i = 0; i < n; ++i) {
-    auto coadds = coadd_stamps(stack, bank, detections[i].candidate, detections[i].obs_valid,
-                               config.stamp_radius, out.coadd_types);
-    for (std::size_t k = 0; k < coadds.size(); ++k) out.stamps[k][i] = std::move(coadds[k]);
-  }
-  stage.record("stamps", start, std::to_string(n) + " candidates x " + std::to_string(out.coadd_types.size()) +
-                                    " coadds, radius " + std::to_string(config.stamp_radius));
+  StampStage stamps = stamp_stage(stack, out.bank, clustered.detections, config);
+  out.coadd_types = std::move(stamps.coadd_types);
+  out.stamps = std::move(stamps.stamps);
+  stage.record("stamps", start, stamps.detail);
 
-  // ---- sky positions ----
   start = Clock::now();
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  out.sky_first.assign(n, {nan, nan});
-  out.sky_last.assign(n, {nan, nan});
-  const auto& wcs = out.loaded.wcs;
-  out.have_sky = config.compute_ra_dec && !wcs.empty() && wcs.front() && wcs.back();
-  if (out.have_sky) {
-    for (int i = 0; i < n; ++i) {
-      const Candidate& c = detections[i].candidate;
-      const PixelPosition a = predicted_position(bank, c.x, c.y, std::size_t(c.velocity), 0);
-      const PixelPosition b = predicted_position(bank, c.x, c.y, std::size_t(c.velocity), E - 1);
-      try {
-        out.sky_first[i] = wcs.front()->pixel_to_sky(a.x, a.y);
-        out.sky_last[i] = wcs.back()->pixel_to_sky(b.x, b.y);
-      } catch (const Error& e) {
-        out.warnings.push_back(e.what());
-      }
-    }
-  } else if (config.compute_ra_dec) {
-    out.warnings.push_back("no WCS on the first or last exposure: RA/Dec columns are NaN");
-  }
-  stage.record("wcs", start, out.have_sky ? "RA/Dec at the first and last epoch for " + std::to_string(n)
-                                          : std::string("skipped"));
-  out.detections = std::move(detections);
+  SkyStage sky = sky_stage(out.loaded.wcs, out.bank, clustered.detections, config);
+  out.have_sky = sky.have_sky;
+  out.sky_first = std::move(sky.first);
+  out.sky_last = std::move(sky.last);
+  out.warnings.insert(out.warnings.end(), sky.warnings.begin(), sky.warnings.end());
+  stage.record("wcs", start, sky.detail);
+  out.detections = std::move(clustered.detections);
 }
 
 }  // namespace
