@@ -1,4 +1,4 @@
-// The readers against third-party FITS files (the shared fixtures): header values read here are
+// The readers against third-party FITS files (tests/data/fixtures): header values read here are
 // compared with the values in the files' own headers and with astropy's (independent SIP code)
 // pixel-to-sky results, recorded when these tests were written.
 #include <gtest/gtest.h>
@@ -21,10 +21,6 @@ namespace {
 using testing_support::fixture;
 using testing_support::TempDir;
 
-#define REQUIRE_FIXTURES()                                                                        \
-  if (!std::filesystem::is_directory(testing_support::fixtures_dir()))                            \
-  GTEST_SKIP() << "shared fixtures not found at " << testing_support::fixtures_dir()
-
 // Degrees to within a micro-arcsecond or so.
 constexpr double sky_tolerance = 1e-9;
 
@@ -35,9 +31,8 @@ std::optional<Wcs> wcs_of(const std::string& path, int hdu) {
 }
 
 TEST(IoFixtures, KbmodFilesReadWithTimesPlanesAndWcs) {
-  REQUIRE_FIXTURES();
   std::vector<std::string> files;
-  for (int i = 0; i < 4; ++i) files.push_back(fixture("kbmod/00000" + std::to_string(i) + ".fits"));
+  for (int i = 0; i < 4; ++i) files.push_back(fixture("kbmod/small/00000" + std::to_string(i) + ".fits"));
   ReadOptions o;
   const LoadedStack loaded = read_exposures(files, o);
   ASSERT_EQ(loaded.stack.size(), 4);
@@ -79,7 +74,6 @@ TEST(IoFixtures, KbmodFilesReadWithTimesPlanesAndWcs) {
 }
 
 TEST(IoFixtures, SipDistortionMatchesAstropy) {
-  REQUIRE_FIXTURES();
   const auto w = wcs_of(fixture("astropy/sip-wcs.fits"), 0);
   ASSERT_TRUE(w);
   EXPECT_TRUE(w->has_distortion());
@@ -103,7 +97,6 @@ TEST(IoFixtures, SipDistortionMatchesAstropy) {
 }
 
 TEST(IoFixtures, TimesFromMjdObsAndFromDateObsPlusHalfExposure) {
-  REQUIRE_FIXTURES();
   const std::string path = fixture("astropy/sip-wcs.fits");
   auto file = detail::FitsFile::open_read(path);
   const detail::Header h = detail::Header::read(file);
@@ -127,7 +120,6 @@ TEST(IoFixtures, TimesFromMjdObsAndFromDateObsPlusHalfExposure) {
 }
 
 TEST(IoFixtures, HstExtensionsByNameAndConstantErrorPlanes) {
-  REQUIRE_FIXTURES();
   const std::string path = fixture("astropy/o4sp040b0_raw.fits");
   ReadOptions o;
   o.science_hdu = "SCI";
@@ -162,7 +154,6 @@ TEST(IoFixtures, HstExtensionsByNameAndConstantErrorPlanes) {
 }
 
 TEST(IoFixtures, TileCompressedImageReadsTransparently) {
-  REQUIRE_FIXTURES();
   const std::string path = fixture("astropy/comp.fits");
   auto file = detail::FitsFile::open_read(path);
   file.move_to(2);
@@ -185,7 +176,6 @@ TEST(IoFixtures, TileCompressedImageReadsTransparently) {
 }
 
 TEST(IoFixtures, SearchFindsTheKbmodFakeObject) {
-  REQUIRE_FIXTURES();
   // The fake object sits at (11, 27) in the first three exposures (MJD 57130.20-.22) and at
   // (27, 30) one day later: about (16, 3) pixels per day from (11, 27) at the first epoch.
   SearchConfig config = parse_config(R"(
@@ -197,7 +187,8 @@ stamp_radius: 3
 )",
                                      "test");
   RunOptions options;
-  options.inputs = {fixture("kbmod")};
+  options.inputs = {fixture("kbmod/small/000000.fits"), fixture("kbmod/small/000001.fits"),
+                    fixture("kbmod/small/000002.fits"), fixture("kbmod/small/000003.fits")};
   RunOutput run = run_search(config, options);
   ASSERT_GE(run.detections.size(), 1u);
   const Detection& best = run.detections.front();

@@ -1,4 +1,4 @@
-// Helpers for the I/O tests: the shared fixtures' folder and a temporary folder per test.
+// Helpers for the I/O tests: the fixtures' folder and a temporary folder per test.
 #pragma once
 #include <cstdlib>
 #include <filesystem>
@@ -21,11 +21,12 @@ inline SearchConfig kit_search_config(const KitStack& kit) {
   c.generator.min_vy = kit.bank.vy_axis.front();
   c.generator.max_vy = kit.bank.vy_axis.back();
   c.shift_mode = kit.bank.mode;
+  c.reference_time = "mid";  // the kit's bank anchors its trials (and its truth) at mid-span
   return c;
 }
 
-// The fixtures live beside the project, never inside it: <project>/../shared/fixtures.
-inline std::string fixtures_dir() { return std::string(SHIFTSTACK_SOURCE_DIR) + "/../shared/fixtures"; }
+// Third-party files the tests read, shipped in the repository (tests/data/fixtures/README.md).
+inline std::string fixtures_dir() { return std::string(SHIFTSTACK_SOURCE_DIR) + "/tests/data/fixtures"; }
 inline std::string fixture(const std::string& relative) { return fixtures_dir() + "/" + relative; }
 
 // A fresh folder under the system's temporary directory, removed with its contents.

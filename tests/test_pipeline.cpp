@@ -279,7 +279,9 @@ TEST(Clustering, KeepsTheBestMemberOfEachSource) {
   add(40, 40, 4, 7.5);  // source B alone
   add(12, 10, 4, 12.0);  // A's best member, linked through (11, 10)
   ClusterOptions o;
+  o.space = ClusterSpace::all;
   o.eps = 1.5;
+  o.v_scale = -1;
   const auto out = cluster_detections(detections, bank, o);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].candidate.x, 12);
@@ -355,7 +357,8 @@ TEST(Pipeline, InjectedSourceBecomesOneCandidate) {
   FilterOptions f;
   f.lh_level = 5.0;
   const auto filtered = filter_candidates(result.candidates, likelihood, kit.bank, f);
-  ClusterOptions c;
+  ClusterOptions c;  // peaks, at the filter's threshold
+  c.lh_level = f.lh_level;
   const auto clusters = cluster_detections(filtered, kit.bank, c);
   // Noise alone crosses Z = 5 about M * Phi_bar(5) = 128*128*289 * 2.9e-7 = 1.4 times: allow a
   // stray but require the source to be one candidate, the best, at the truth.

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "progress.hpp"
 #include "shiftstack/digest.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/io/config.hpp"
@@ -15,6 +16,7 @@
 #include "shiftstack/io/results.hpp"
 #include "shiftstack/run.hpp"
 #include "shiftstack/io/wcs.hpp"
+#include "shiftstack/pipeline.hpp"
 #include "shiftstack/synth.hpp"
 
 namespace shiftstack::cli {
@@ -29,28 +31,80 @@ void print_stage(const io::StageTime& s) {
 struct SearchArgs {
   std::string config_path;
   std::vector<std::string> inputs;
-  std::string output = "results.ecsv";
+  std::string output;  // empty: the config's result_filename, else results.ecsv
   std::string engine;
   std::string encoding;
   std::vector<std::string> overrides;
-  bool json = false, quiet = false, no_fits = false, no_stamps = false;
+  bool json = false, quiet = false, no_fits = false, no_stamps = false, unclustered = false;
+};
+
+// On a terminal: the running stage with its fraction done, rate and time left, on one line.
+class StageMeter {
+ public:
+  explicit StageMeter(Progress& line) : line_(line) {}
+  void update(const std::string& stage, double done, double total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (stage != stage_) {
+      stage_ = stage;
+      start_ = now;
+    }
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    char text[160];
+    const double fraction = total > 0 ? done / total : 0;
+    if (stage == "read") {
+      std::snprintf(text, sizeof text, "shiftstack: read      %.0f of %.0f files", done, total);
+    } else if (elapsed > 0 && done > 0) {
+      const double rate = done / elapsed, left = (total - done) / rate;
+      std::snprintf(text, sizeof text, "shiftstack: %-9s %5.1f%%  %.3g trials/s  %.0f s left", stage.c_str(),
+                    100 * fraction, rate, left);
+    } else {
+      std::snprintf(text, sizeof text, "shiftstack: %-9s %5.1f%%", stage.c_str(), 100 * fraction);
+    }
+    line_.show(text);
+    if (done >= total) line_.clear();
+  }
+
+ private:
+  Progress& line_;
+  std::string stage_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 void run_search_command(const SearchArgs& a) {
   const auto start = std::chrono::steady_clock::now();
-  io::SearchConfig config = a.config_path.empty() ? io::parse_config("", "defaults", a.overrides)
-                                                  : io::load_config(a.config_path, a.overrides);
+  // Layers, later ones winning: defaults, a WorkUnit's embedded configuration, --config, --set.
+  std::vector<std::string> early_warnings;
+  const std::vector<std::string> files = io::expand_inputs(a.inputs);
+  std::vector<io::ConfigLayer> layers = io::embedded_config_layers(files, early_warnings);
+  if (!a.config_path.empty()) layers.push_back(io::config_file_layer(a.config_path));
+  io::SearchConfig config = io::parse_config(layers, a.overrides);
+  if (!a.quiet) {
+    for (const auto& n : config.notices) std::fprintf(stderr, "shiftstack: note: %s\n", n.c_str());
+    for (const auto& w : early_warnings) std::fprintf(stderr, "shiftstack: warning: %s\n", w.c_str());
+  }
   io::RunOptions options;
   options.inputs = a.inputs;
   options.engine = a.engine;
   if (!a.encoding.empty()) options.encoding = parse_encoding(a.encoding);
-  if (!a.quiet) options.progress = print_stage;
+  Progress line;
+  StageMeter meter(line);
+  if (!a.quiet) {
+    options.progress = [&](const io::StageTime& s) {
+      line.clear();
+      print_stage(s);
+    };
+    options.stage_progress = [&](const std::string& stage, double done, double total) { meter.update(stage, done, total); };
+  }
+  options.keep_unclustered = a.unclustered;
 
-  io::OutputPaths paths = io::OutputPaths::from(a.output);
+  // -o wins over the configuration's result_filename (KBMOD's key).
+  const std::string output = !a.output.empty() ? a.output : config.result_filename.value_or("results.ecsv");
+  io::OutputPaths paths = io::OutputPaths::from(output);
   if (a.no_fits) paths.fits.clear();
   if (a.no_stamps) paths.stamps.clear();
+  if (a.unclustered) paths.unclustered = paths.base + ".unclustered.ecsv";
   // Fail before hours of work if the results cannot be written.
-  for (const std::string* p : {&paths.ecsv, &paths.fits, &paths.stamps, &paths.summary}) {
+  for (const std::string* p : {&paths.ecsv, &paths.fits, &paths.stamps, &paths.summary, &paths.unclustered}) {
     if (p->empty()) continue;
     const auto parent = std::filesystem::path(*p).parent_path();
     std::error_code ec;
@@ -59,7 +113,9 @@ void run_search_command(const SearchArgs& a) {
   }
 
   io::RunOutput run = io::run_search(config, options);
-  io::write_outputs(run, config, paths, a.quiet ? std::function<void(const io::StageTime&)>() : print_stage);
+  run.warnings.insert(run.warnings.begin(), early_warnings.begin(), early_warnings.end());
+  io::write_outputs(run, config, paths, options.progress);
+  line.clear();
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!a.quiet) {
     for (const auto& w : run.warnings) std::fprintf(stderr, "shiftstack: warning: %s\n", w.c_str());
@@ -126,16 +182,25 @@ void write_kit_command(const KitArgs& a) {
        << "  vy_steps: " << kit.bank.vy_axis.size() << "\n  min_vy: " << exact(kit.bank.vy_axis.front())
        << "\n  max_vy: " << exact(kit.bank.vy_axis.back()) << "\n"
        << "shift_mode: " << (kit.bank.mode == ShiftMode::integer ? "integer" : "fractional") << "\n"
+       // The kit's trials (and its injected source) are anchored at mid-span.
+       << "reference_time: mid\n"
        // The family-wise threshold of SPEC 4 for this bank (alpha 0.05 over every trial), rounded
        // up: noise alone then crosses it in 5% of kits, and the kit's SNR 8 source usually does.
        << "lh_level: " << std::ceil(10 * bonferroni_threshold(0.05, double(kit.stack.width()) * kit.stack.height() *
                                                                        double(kit.bank.size()))) / 10
        << "\n";
   io::write_text_file((fs::path(a.directory) / "search.yaml").string(), yaml.str());
+  // The results table's x, y: the pixel the injected trajectory samples at the first epoch.
+  int first_index = 0;
+  for (int e = 1; e < E; ++e)
+    if (kit.bank.epochs[std::size_t(e)] < kit.bank.epochs[std::size_t(first_index)]) first_index = e;
+  const PixelIndex first = sampled_pixel(kit.bank, kit.truth.x, kit.truth.y, std::size_t(kit.truth.velocity), first_index);
   const nlohmann::json truth = {{"workload", options.name},
                                 {"seed", options.seed},
                                 {"injected", kit.truth.injected},
                                 {"x", kit.truth.x},
+                                {"x_first", first.x},
+                                {"y_first", first.y},
                                 {"y", kit.truth.y},
                                 {"vx", kit.truth.vx},
                                 {"vy", kit.truth.vy},
@@ -158,12 +223,14 @@ void add_search_commands(CLI::App& app) {
   auto args = std::make_shared<SearchArgs>();
   CLI::App* search = app.add_subcommand(
       "search", "Search FITS exposures (files, directories, globs, @lists) for moving objects");
+  search->footer("Configuration: defaults < a WorkUnit's embedded configuration < --config FILE < --set KEY=VALUE.\n"
+                 "Results: docs/user-guide.md (columns, KBMOD keys, formats).");
   search->add_option("--config,-c", args->config_path, "YAML configuration (defaults: shiftstack dump-config)")
       ->check(CLI::ExistingFile);
   search->add_option("inputs", args->inputs, "FITS files, directories, glob patterns or @list files")->required();
   search->add_option("--output,-o", args->output,
-                     "results table (.ecsv); NAME.fits, NAME.stamps.fits and NAME.summary.json are written beside it")
-      ->capture_default_str();
+                     "results table NAME.ecsv (or NAME.fits); NAME.ecsv, NAME.fits, NAME.stamps.fits and "
+                     "NAME.summary.json are all written (default: the config's result_filename, else results.ecsv)");
   search->add_option("--engine", args->engine, "search engine (overrides the config's `engine`)");
   search->add_option("--encoding", args->encoding, "psi/phi storage: fp32, fp16 or int8 (overrides encode_num_bytes)")
       ->check(CLI::IsMember({"fp32", "fp16", "int8"}));
@@ -174,6 +241,9 @@ void add_search_commands(CLI::App& app) {
   search->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
   search->add_flag("--no-fits", args->no_fits, "do not write the FITS results table");
   search->add_flag("--no-stamps", args->no_stamps, "do not write the stamps FITS file");
+  search->add_flag("--unclustered", args->unclustered,
+                   "also write NAME.unclustered.ecsv: every filtered detection before clustering, with the row it "
+                   "was merged into (cluster_row)");
   search->callback([args] { run_search_command(*args); });
 
   // ---- dump-config ----

@@ -50,7 +50,7 @@ inline int round_shift(double s) { return int(std::floor(s + 0.5)); }
 double mid_span(const std::vector<double>& epochs);
 
 // Checks the bank against a stack of `exposures` exposures: epochs finite and of the right count,
-// no duplicate epochs, non-empty velocities, finite values, curve sizes. Throws Error otherwise.
+// non-empty velocities, finite values, curve sizes. Throws Error otherwise.
 void validate(const MotionBank& bank, int exposures);
 
 // Precomputed integer shifts for a Cartesian bank: shifts_x[ix * E + e], shifts_y[iy * E + e].

@@ -109,19 +109,34 @@ std::vector<Detection> filter_candidates(const std::vector<Candidate>& candidate
 
 // ---- clustering ---------------------------------------------------------------------------
 
-// The space duplicates are found in (names as KBMOD's cluster_type):
-//   all                 (x, y, s vx, s vy): origin at t_ref in pixels, velocities times s days
-//   position            predicted position at the first epoch (pixels)
-//   mid_position        predicted position at the middle of the epoch span
-//   start_end_position  predicted positions at the first and the last epoch (4-D)
-enum class ClusterSpace { all, position, mid_position, start_end_position };
+// How duplicates of one mover are found (names as KBMOD's cluster_type). Positions are
+// continuous predicted positions; "first" and "last" are the first and last epochs.
+//   peaks               shiftstack's rule (the default): candidates in order of likelihood; one
+//                       is kept only when the epochs where no brighter kept detection is near it
+//                       still reach lh_level on their own (see cluster_detections)
+//   all                 (x, y, s vx, s vy): first-epoch position, velocities times s days (DBSCAN)
+//   position            first-epoch position (DBSCAN); also start_position
+//   mid_position        position at the median of the epochs (DBSCAN)
+//   start_end_position  first- and last-epoch positions, 4-D (DBSCAN)
+//   nn_start, nn_start_end     KBMOD's nearest-neighbour sweep: keep a candidate that is the
+//                       best within eps of itself in first (and last) position, not transitive
+//   grid_start, grid_start_end KBMOD's grid: the best candidate per cell of ceil(eps) pixels
+// DBSCAN here is friends-of-friends (min_samples = 1, KBMOD's setting): transitive linking.
+enum class ClusterSpace {
+  peaks, all, position, mid_position, start_end_position, nn_start, nn_start_end, grid_start, grid_start_end
+};
 ClusterSpace parse_cluster_space(const std::string& name);
 std::string to_string(ClusterSpace space);
 
 struct ClusterOptions {
-  ClusterSpace space = ClusterSpace::all;
-  double eps = 4;        // linking length in pixels (KBMOD cluster_eps)
-  double v_scale = -1;   // days per unit velocity in `all`; < 0 = half the epoch span
+  ClusterSpace space = ClusterSpace::peaks;
+  double eps = 20;       // linking length or cell width in pixels (KBMOD cluster_eps)
+  double v_scale = 1;    // days per unit velocity in `all`; < 0 = half the epoch span
+  // peaks: a kept detection of likelihood Z explains the epochs where a candidate passes within
+  // r(Z) = 2 psf_sigma sqrt(ln(2 Z / lh_level)) + 1 pixels of it (see cluster_detections).
+  double psf_sigma = 1.4;  // the widest exposure's Gaussian-equivalent PSF sigma, pixels
+  double lh_level = 7;
+  int num_obs = 1;         // a kept detection needs this many unexplained valid epochs
 };
 
 // Friends-of-friends: points closer than eps (Euclidean) share a label, transitively (DBSCAN
@@ -131,10 +146,44 @@ struct ClusterOptions {
 std::vector<int> friends_of_friends(const std::vector<std::array<double, 4>>& points, int dims,
                                     double eps);
 
-// Keeps the highest-likelihood member of each cluster (ties: the earlier one) with cluster_size
-// set; returns them sorted by likelihood, best first.
+// Keeps one detection per mover with cluster_size set (how many input detections it stands for)
+// and returns them sorted by likelihood, best first. `representative`, when given, receives for
+// every input detection the index (in the output) of the detection it was merged into.
+//
+// peaks: detections in order of likelihood (ties: input order). For each, an epoch is explained
+// when a kept detection of likelihood Z passes within r(Z) of it there: a point source seen
+// through the matched filter at offset d scores Z exp(-d^2 / (4 sigma^2)) for Gaussian PSFs, so
+// beyond r(Z) (plus a pixel of rounding) it contributes less than lh_level / 2. The detection is
+// kept when its own psi and phi over the unexplained valid epochs still reach lh_level; it then
+// explains epochs for the ones after it. Distinct movers keep their own epochs and stay apart;
+// a halo of neighbouring trials, and trials that borrow epochs from two movers, are explained away.
+// The other types follow KBMOD: the best member of each group.
 std::vector<Detection> cluster_detections(std::vector<Detection> detections, const MotionBank& bank,
-                                          const ClusterOptions& options);
+                                          const ClusterOptions& options, std::vector<int>* representative = nullptr);
+
+// ---- KBMOD's thinning before the light-curve filter ---------------------------------------
+// Each takes candidates with a ranking key (their score, or the prefilter likelihood below) and
+// returns the indices kept, in input order; ties go to the earlier candidate.
+
+// KBMOD's in-search sigma-G (gpu_filter): over the valid epochs, the per-epoch fluxes psi/phi
+// are sorted; with n values, the percentile values are those at indices ceil(n p) - 1 for p =
+// low/100, 1/2 and high/100 (p clamped to [0.0001, 0.9999]); epochs whose flux lies within
+// 2 sigma_G of that median are kept and the likelihood is recomputed over them. -inf when no
+// epoch is valid.
+double prefilter_likelihood(const LightCurve& curve, double low_percentile, double high_percentile);
+
+// KBMOD's results_per_pixel: the best k per first-epoch pixel (the pixel sampled at the first
+// epoch, KBMOD's starting pixel).
+std::vector<std::size_t> best_per_pixel(const std::vector<Candidate>& candidates, const std::vector<double>& key,
+                                        const MotionBank& bank, int k);
+
+// KBMOD's near-duplicate thinning (near_dup_thresh): the best per bin of `bin_width` pixels in
+// first-epoch and last-epoch position.
+std::vector<std::size_t> near_duplicate_survivors(const std::vector<Candidate>& candidates, const std::vector<double>& key,
+                                                  const MotionBank& bank, double bin_width);
+
+// The effective Gaussian sigma of a PSF kernel (pixels): sqrt of half its second moment.
+double psf_sigma_of(const Image<float>& psf);
 
 // ---- stamps -------------------------------------------------------------------------------
 

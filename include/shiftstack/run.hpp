@@ -29,12 +29,16 @@ struct RunOptions {
   std::optional<Encoding> encoding;         // overrides encode_num_bytes
   // Called after each stage (the CLI prints to stderr); may be empty.
   std::function<void(const StageTime&)> progress;
+  // Called during long stages (read: files, search: trials) with work done and total; may be empty.
+  std::function<void(const std::string& stage, double done, double total)> stage_progress;
+  bool keep_unclustered = false;  // keep the detections before clustering (RunOutput::unclustered)
 };
 
 struct RunOutput {
   std::vector<std::string> files;
   LoadedStack loaded;        // the exposures (sorted by epoch), their metadata and WCS
   MotionBank bank;
+  std::string reference_time;  // what bank.t_ref is: "mid", "first" or "MJD <value>"
   std::string engine;
   Encoding encoding = Encoding::fp32;
   std::string likelihood_device = "cpu";  // where psi/phi were computed and encoded: cpu or gpu
@@ -42,11 +46,18 @@ struct RunOutput {
   std::int64_t threshold_crossings = 0;  // candidates the engine returned (Z > lh_level)
   FilterStats filter;
   std::int64_t before_clustering = 0;
+  std::int64_t thinned = 0;              // removed by gpu_filter, results_per_pixel, near_dup_thresh
   std::vector<Detection> detections;     // best first
+  // With RunOptions::keep_unclustered: the detections clustering saw, each with the row of
+  // `detections` it was merged into (-1: none).
+  std::vector<Detection> unclustered;
+  std::vector<int> unclustered_row;
   // stamps[k][i]: coadd k (in coadd_types order) of detection i.
   std::vector<CoaddType> coadd_types;
   std::vector<std::vector<Image<float>>> stamps;
-  bool have_sky = false;
+  std::vector<std::vector<Image<float>>> all_stamps;  // [detection][epoch] when save_all_stamps
+  bool have_sky = false, have_global = false;
+  std::vector<std::vector<SkyPosition>> sky_image, sky_global;  // [detection][epoch]; NaN where no WCS
   std::vector<SkyPosition> sky_first, sky_last;  // per detection; NaN where no WCS
   std::vector<StageTime> stages;
   std::vector<std::string> warnings;
@@ -57,13 +68,23 @@ RunOutput run_search(const SearchConfig& config, const RunOptions& options);
 // The same from exposures already in memory (curve offsets and WCS may be empty).
 RunOutput run_search(const SearchConfig& config, LoadedStack loaded, const RunOptions& options);
 
-// The results table: KBMOD's columns (x, y, vx, vy, likelihood, flux, obs_count, uuid,
-// psi_curve, phi_curve, obs_valid, stamp, coadd_<type>) plus ra/dec at the first and last epoch.
+// The results table: KBMOD's columns (x, y: the first-epoch pixel; vx, vy, likelihood, flux,
+// obs_count, uuid, psi_curve, phi_curve, obs_valid, stamp, coadd_<type>, all_stamps, pred_x,
+// pred_y, img_ra, img_dec, global_ra, global_dec) and shiftstack's (x_ref, y_ref at t_ref,
+// search_likelihood, cluster_size, ra/dec at the first and last epoch), with KBMOD's table
+// metadata (wcs, mjd_mid, mjd_utc_mid, mjd_tai_mid, num_img, dims). drop_columns and
+// generate_psi_phi apply.
 ResultTable make_result_table(const RunOutput& run, const SearchConfig& config);
+// The detections before clustering (RunOutput::unclustered) with the same scalar and curve
+// columns and `cluster_row`, the row of the clustered table each was merged into (-1: none).
+ResultTable make_unclustered_table(const RunOutput& run, const SearchConfig& config);
 
 struct OutputPaths {
   std::string ecsv, fits, stamps, summary;  // empty: not written
-  // From -o NAME.ecsv: NAME.ecsv, NAME.fits, NAME.stamps.fits, NAME.summary.json.
+  std::string unclustered;                  // NAME.unclustered.ecsv when asked for
+  std::string base;                         // NAME: separate column files are NAME_<column>.fits
+  // From -o NAME.ecsv or NAME.fits (or NAME): NAME.ecsv, NAME.fits, NAME.stamps.fits,
+  // NAME.summary.json. Any other extension is an error naming the formats written.
   static OutputPaths from(const std::string& output);
 };
 

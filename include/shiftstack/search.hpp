@@ -1,7 +1,9 @@
 // One engine interface, selected by name (DESIGN: Engine::search).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,12 +21,19 @@ struct Region {
 };
 Region resolve(const Region& region, int image_width, int image_height);  // validates, fills 0s
 
+// Progress of a scan: `done` of `total` trials (origins x velocities) scored so far. Engines
+// report between blocks of work (rows, tiles, velocity blocks); the callback is never entered
+// by two threads at once and is called at most about ten times a second, the last time with
+// done == total.
+using ProgressCallback = std::function<void(std::int64_t done, std::int64_t total)>;
+
 struct OutputPolicy {
   double alpha = 0.05;            // digest threshold z_thr = Phi_bar^{-1}(alpha / M)
   bool collect_candidates = false;
   double candidate_threshold = 5;  // compact list: every trial with Z > this
   std::int64_t max_candidates = std::int64_t(1) << 26;  // beyond this: Error, never truncation
   int top_k = 0;                  // best k trials per origin (KBMOD's results_per_pixel); 0 = off
+  ProgressCallback progress;      // optional
 };
 
 struct Candidate {
@@ -80,6 +89,22 @@ std::string best_available_engine();
 // bank/stack exposure mismatch, region outside the image, unsupported input (with the reason).
 SearchResult search(Engine& engine, const EncodedStack& stack, const MotionBank& bank,
                     const OutputPolicy& policy = {}, Region region = {});
+
+// The engines' side of OutputPolicy::progress: add() from any thread after each block of work.
+class ProgressCounter {
+ public:
+  ProgressCounter(const ProgressCallback& callback, std::int64_t total) : callback_(callback), total_(total) {}
+  void add(std::int64_t trials);
+  void finish();  // reports done == total (once) if anything was added
+
+ private:
+  const ProgressCallback& callback_;
+  std::int64_t total_;
+  std::atomic<std::int64_t> done_{0};
+  std::atomic<std::int64_t> last_report_ns_{0};
+  std::mutex report_;
+  bool finished_ = false;
+};
 
 // Shared by engines: z_thr for an input, and the per-origin top-k merge order.
 double digest_threshold(const SearchInput& input);

@@ -29,8 +29,8 @@ struct ExposureStack {
 // Checks everything SPEC and DESIGN ask of an input stack and throws Error naming the
 // exposure and pixel at fault: empty stack, mismatched shapes, NaN/inf in unmasked science or
 // variance, variance <= 0 where unmasked, an exposure with every pixel masked, a PSF that is not
-// odd-sized, not finite or does not sum to 1 (within 1e-3), throughput <= 0 or not finite,
-// duplicate epochs. Epochs may be in any order.
+// odd-sized, not finite or does not sum to 1 (within 1e-3), throughput <= 0 or not finite.
+// Epochs may be in any order, and several exposures may share one.
 void validate(const ExposureStack& stack);
 
 // Name used in error messages: label if set, else "exposure <index>".

@@ -71,6 +71,28 @@ double digest_threshold(const SearchInput& input) {
                               double(input.region.count()) * double(input.bank->size()));
 }
 
+void ProgressCounter::add(std::int64_t trials) {
+  if (!callback_) return;
+  const std::int64_t done = done_.fetch_add(trials) + trials;
+  constexpr std::int64_t interval_ns = 100'000'000;  // ten reports a second are plenty for a person
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  if (now - last_report_ns_.load() < interval_ns) return;
+  std::unique_lock<std::mutex> lock(report_, std::try_to_lock);
+  if (!lock.owns_lock() || finished_) return;
+  last_report_ns_ = now;
+  callback_(std::min(done, total_), total_);
+}
+
+void ProgressCounter::finish() {
+  if (!callback_) return;
+  std::lock_guard<std::mutex> lock(report_);
+  if (finished_) return;
+  finished_ = true;
+  callback_(total_, total_);
+}
+
 bool better_candidate(const Candidate& a, const Candidate& b) {
   if (a.Z != b.Z) return a.Z > b.Z;
   if (a.velocity != b.velocity) return a.velocity < b.velocity;

@@ -72,7 +72,6 @@ void validate(const ExposureStack& stack) {
                              (x.mask.empty() || x.mask.size() == x.science.size());
     if (sizes_match) pixel_checks[e] = check_pixels(x);
   }
-  std::map<double, int> seen_epochs;
   for (int e = 0; e < stack.size(); ++e) {
     const Exposure& x = stack.exposures[e];
     const std::string who = exposure_name(stack, e);
@@ -92,14 +91,6 @@ void validate(const ExposureStack& stack) {
     require(std::isfinite(x.epoch), who + ": epoch is not finite");
     require(std::isfinite(x.throughput) && x.throughput > 0,
             who + ": throughput must be finite and > 0, got " + std::to_string(x.throughput));
-    auto [it, inserted] = seen_epochs.emplace(x.epoch, e);
-    if (!inserted) {
-      std::ostringstream msg;
-      msg.precision(12);
-      msg << who << ": duplicate epoch " << x.epoch << " (same as "
-          << exposure_name(stack, it->second) << ")";
-      throw Error(msg.str());
-    }
     validate_psf(stack, e);
 
     const auto [unmasked, bad_science, bad_variance, first_bad] = pixel_checks[e];

@@ -639,6 +639,8 @@ class CpuEngine final : public Engine {
     if (!std::isfinite(scorer.candidate_filter)) scorer.candidate_filter = float(in.policy.candidate_threshold);
 
     Band<Code>& band = cached_band<Code>();
+    const std::int64_t velocities = std::int64_t(in.bank->size());
+    ProgressCounter progress(in.policy.progress, c.region.count() * velocities);
     for (int y0 = 0; y0 < c.region.height; y0 += c.layout.band_rows) {
       const int rows = std::min(c.layout.band_rows, c.region.height - y0);
       const BandKey key{s.id, c.region.x0, c.region.y0 + y0, rows, c.taps.min_x, c.taps.max_x,
@@ -668,6 +670,9 @@ class CpuEngine final : public Engine {
           out.best.maxZ = -1e300;
           for (int ly = ly0; ly < ly1; ++ly)
             run_strip_row(c, band, scorer, strip, ly, out, k > 0 ? &top : nullptr, result.top_k);
+          // Strips past the region's right edge compute padding origins: count only real ones.
+          const int origins = std::max(0, std::min(strip.vectors * kOriginsPerVector, c.region.width - strip.lx));
+          progress.add(std::int64_t(ly1 - ly0) * origins * velocities);
         }
       }
       for (const ItemResult& item : item_results) {
@@ -684,6 +689,7 @@ class CpuEngine final : public Engine {
         result.candidates.insert(result.candidates.end(), item.candidates.begin(), item.candidates.end());
       }
     }
+    progress.finish();
     const std::int64_t total = candidate_total.load();
     require(total <= in.policy.max_candidates,
             "candidate list of " + std::to_string(total) + " trials exceeds max_candidates (" +

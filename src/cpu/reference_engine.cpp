@@ -109,6 +109,7 @@ class ReferenceEngine final : public Engine {
     std::vector<std::vector<Candidate>> row_candidates(r.height);
     if (k > 0) result.top_k.resize(std::size_t(r.count()) * k);
     bool overflow = false;
+    ProgressCounter progress(in.policy.progress, r.count() * V);
 
 #pragma omp parallel for schedule(dynamic, 1)
     for (int j = 0; j < r.height; ++j) {
@@ -151,7 +152,9 @@ class ReferenceEngine final : public Engine {
           }
         }
       }
+      progress.add(std::int64_t(r.width) * V);
     }
+    progress.finish();
     result.digest.z_thr = z_thr;
     std::int64_t total = 0;
     for (int j = 0; j < r.height; ++j) {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include "io/fits_util.hpp"
 #include "io/read_internal.hpp"
+#include "io/workunit.hpp"
 #include "shiftstack/io/fits.hpp"
 #include "shiftstack/synth.hpp"
 
@@ -119,6 +121,9 @@ struct RawExposure {
   std::optional<Wcs> wcs;
   double curve_x = 0, curve_y = 0;
   double masked_fraction = 0;
+  std::shared_ptr<const detail::WorkUnitMeta> workunit;  // null for plain files
+  std::vector<OriginalFrame> originals;                 // reprojected WorkUnits: the images behind it
+  std::vector<std::string> warnings;
 };
 
 // LSST/Rubin mask plane numbers, used when a mask HDU declares no MP_* keywords (KBMOD does
@@ -284,6 +289,9 @@ void set_psf(RawExposure& raw, std::optional<Image<float>> kernel, const std::st
 
 std::string extname_of(const Header& h) { return h.text("EXTNAME").value_or(""); }
 
+int single_image_hdu(FitsFile& file);
+RawExposure read_single(FitsFile& file, const Header& primary, int hdu, const ReadOptions& o);
+
 // Rubin/KBMOD layout: one exposure per file.
 RawExposure read_rubin(FitsFile& file, const Header& primary, const ReadOptions& o) {
   const std::string& path = file.path();
@@ -307,6 +315,9 @@ RawExposure read_rubin(FitsFile& file, const Header& primary, const ReadOptions&
       found.push_back(extname_of(Header::read(file)));
     }
     const bool unnamed = hdus >= 4 && found[0].empty() && found[1].empty() && found[2].empty();
+    if (!unnamed && o.layout == Layout::automatic) {
+      if (const int single = single_image_hdu(file)) return read_single(file, primary, single, o);
+    }
     if (!unnamed) {
       std::string listing;
       for (std::size_t i = 0; i < found.size(); ++i)
@@ -349,6 +360,7 @@ RawExposure read_rubin(FitsFile& file, const Header& primary, const ReadOptions&
   raw.info.file = path;
   raw.info.hdus = names;
   raw.info.mask = mask_description;
+  raw.info.variance = "plane " + (names == "HDU1,HDU2,HDU3" ? std::string("HDU3") : o.variance_hdu);
   read_metadata(raw, science_header, primary, o);
 
   std::optional<Image<float>> kernel;
@@ -360,20 +372,37 @@ RawExposure read_rubin(FitsFile& file, const Header& primary, const ReadOptions&
   return raw;
 }
 
-// KBMOD WorkUnit: SCI_i, VAR_i, MSK_i, PSF_i for i = 0, 1, ...
-std::vector<RawExposure> read_workunit(FitsFile& file, const Header& primary, const ReadOptions& o) {
+// KBMOD WorkUnit: SCI_i, VAR_i, MSK_i, PSF_i for i = 0, 1, ... (all of them, or the one image of
+// a shard whose primary file's metadata is `shared`).
+std::vector<RawExposure> read_workunit(FitsFile& file, const Header& primary, const ReadOptions& o,
+                                       std::shared_ptr<const detail::WorkUnitMeta> shared, int shard_index) {
   const std::string& path = file.path();
+  if (!shared) shared = std::make_shared<detail::WorkUnitMeta>(detail::read_workunit_meta(file, primary));
+  const detail::WorkUnitMeta& meta = *shared;
+  std::vector<int> indices;
+  if (shard_index >= 0) {
+    indices = {shard_index};
+  } else if (meta.images >= 1) {
+    for (int i = 0; i < meta.images; ++i) indices.push_back(i);
+  } else {
+    // No image count (a shard given on its own, or an old WorkUnit): every SCI_<i> present.
+    for (int h = 2; h <= file.hdu_count(); ++h) {
+      file.move_to(h);
+      const std::string name = extname_of(Header::read(file));
+      if (name.size() > 4 && name.rfind("SCI_", 0) == 0 &&
+          std::all_of(name.begin() + 4, name.end(), [](char c) { return c >= '0' && c <= '9'; }) && name.size() < 12)
+        indices.push_back(std::stoi(name.substr(4)));
+    }
+    std::sort(indices.begin(), indices.end());
+    if (indices.empty()) throw Error(path + ": a WorkUnit without NUMIMG and without SCI_<i> image HDUs");
+  }
   std::vector<RawExposure> out;
-  int count = -1;
-  if (auto n = primary.number("NUMIMG")) count = int(*n);
-  for (int i = 0; count < 0 || i < count; ++i) {
+  for (int i : indices) {
     const std::string index = std::to_string(i);
     const std::string label = path + "[SCI_" + index + "]";
-    if (!file.move_to_name("SCI_" + index)) {
-      if (count < 0 && i > 0) break;
+    if (!file.move_to_name("SCI_" + index))
       throw Error(path + ": WorkUnit has no HDU SCI_" + index +
-                  (count >= 0 ? " (NUMIMG = " + std::to_string(count) + ")" : ""));
-    }
+                  (meta.images >= 1 ? " (NUMIMG = " + std::to_string(meta.images) + " in " + meta.primary_path + ")" : ""));
     const Header science_header = Header::read(file);
     Image<float> science = detail::read_float_image(file, science_header, "SCI_" + index);
     if (!file.move_to_name("VAR_" + index)) throw Error(path + ": WorkUnit has SCI_" + index + " but no VAR_" + index);
@@ -392,7 +421,27 @@ std::vector<RawExposure> read_workunit(FitsFile& file, const Header& primary, co
     raw.info.file = path;
     raw.info.hdus = "SCI_" + index + "," + (has_mask ? "MSK_" + index : std::string("(no mask)")) + ",VAR_" + index;
     raw.info.mask = has_mask ? "binary (WorkUnit MSK_i: non-zero rejects)" : "none (no MSK_i)";
-    read_metadata(raw, science_header, primary, o);
+    raw.info.variance = "plane VAR_" + index;
+    // A shard's own primary header is empty; the WorkUnit's is in its primary file.
+    read_metadata(raw, science_header, shard_index >= 0 ? Header{} : primary, o);
+    if (!raw.wcs && meta.global) raw.wcs = meta.global;
+    raw.info.has_wcs = bool(raw.wcs);
+    if (meta.frame == "ebd") {
+      std::vector<int> constituents;
+      try {
+        constituents = detail::constituent_indices(science_header, i);
+      } catch (const Error& e) {
+        throw Error(label + ": " + e.what());
+      }
+      for (int j : constituents) {
+        if (j >= int(meta.constituents.size())) {
+          raw.originals.push_back(OriginalFrame{});  // no IMG_META row: positions cannot be mapped back
+          continue;
+        }
+        raw.originals.push_back(meta.constituents[std::size_t(j)]);
+      }
+    }
+    raw.workunit = shared;
     std::optional<Image<float>> kernel;
     if (file.move_to_name("PSF_" + index)) {
       const Header psf_header = Header::read(file);
@@ -404,15 +453,103 @@ std::vector<RawExposure> read_workunit(FitsFile& file, const Header& primary, co
   return out;
 }
 
-std::vector<RawExposure> read_file(const std::string& path, const ReadOptions& o) {
-  FitsFile file = FitsFile::open_read(path);
+// The HDU number (1-based) of a file's only 2-D image, or 0 when it has none or several.
+int single_image_hdu(FitsFile& file) {
+  int found = 0;
+  const int hdus = file.hdu_count();
+  for (int h = 1; h <= hdus; ++h) {
+    file.move_to(h);
+    int type = 0, status = 0;
+    fits_get_hdu_type(file.get(), &type, &status);
+    if (status || type != IMAGE_HDU) continue;
+    const detail::ImageShape shape = detail::image_shape(file);
+    if (shape.naxis < 2 || shape.width < 2 || shape.height < 2) continue;
+    if (found) return 0;
+    found = h;
+  }
+  return found;
+}
+
+// A file holding one image and no noise plane: a constant variance, estimated or given.
+RawExposure read_single(FitsFile& file, const Header& primary, int hdu, const ReadOptions& o) {
+  const std::string& path = file.path();
+  if (!o.single_image_variance)
+    throw Error(path + ": holds a single image (HDU " + std::to_string(hdu - 1) +
+                ") and no variance plane; a search needs the noise of every pixel: set single_image_variance "
+                "to estimate (a constant variance (1.4826 MAD)^2 from the image) or to a variance, or give files "
+                "with science, mask and variance planes");
+  file.move_to(hdu);
+  const Header header = Header::read(file);
+  Image<float> science = detail::read_float_image(file, header, "image");
+  double variance = o.single_image_variance->value;
+  std::string description;
+  std::vector<std::string> warnings;
+  if (o.single_image_variance->estimate) {
+    std::vector<float> finite;
+    finite.reserve(science.size());
+    for (float v : science.pixels)
+      if (std::isfinite(v)) finite.push_back(v);
+    if (finite.size() < 16) throw Error(path + ": too few finite pixels to estimate the noise of a single image");
+    auto median_of = [](std::vector<float>& v) {
+      const std::size_t mid = v.size() / 2;
+      std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(mid), v.end());
+      return double(v[mid]);
+    };
+    std::vector<float> values = finite;
+    const double median = median_of(values);
+    for (float& v : finite) v = float(std::abs(v - median));
+    // 1.4826 MAD is the standard deviation of Gaussian noise, robust to sources and outliers.
+    const double sigma = 1.4826 * median_of(finite);
+    if (!(sigma > 0)) throw Error(path + ": the image's median absolute deviation is 0; its noise cannot be estimated");
+    variance = sigma * sigma;
+    std::ostringstream d;
+    d.precision(6);
+    d << "estimated (1.4826 MAD)^2 = " << variance;
+    description = d.str();
+    // The statistic assumes background-subtracted images; a large median says this one is not.
+    constexpr double background_sigmas = 3;
+    if (std::abs(median) > background_sigmas * sigma) {
+      std::ostringstream w;
+      w.precision(4);
+      w << path << ": the image's median is " << median << ", " << std::abs(median) / sigma
+        << " times its noise: the search assumes background-subtracted (difference) images";
+      warnings.push_back(w.str());
+    }
+  } else {
+    std::ostringstream d;
+    d << "given (single_image_variance) = " << variance;
+    description = d.str();
+  }
+  Image<float> variance_plane(science.width, science.height, float(variance));
+  RawExposure raw = assemble(path, std::move(science), std::move(variance_plane), nullptr, 0, 0, 0, o);
+  raw.info.file = path;
+  raw.info.hdus = "HDU" + std::to_string(hdu - 1) + " (single image)";
+  raw.info.mask = "none (single image; non-finite pixels masked)";
+  raw.info.variance = description;
+  raw.warnings = std::move(warnings);
+  read_metadata(raw, header, hdu == 1 ? Header{} : primary, o);
+  std::optional<Image<float>> kernel;
+  if (!o.psf_hdu.empty() && file.move_to_name(o.psf_hdu)) {
+    const Header psf_header = Header::read(file);
+    kernel = read_psf(file, psf_header, "PSF HDU " + o.psf_hdu);
+  }
+  set_psf(raw, std::move(kernel), o.psf_hdu, o);
+  return raw;
+}
+
+std::vector<RawExposure> read_file(const detail::WorkUnitPart& part, const ReadOptions& o) {
+  FitsFile file = FitsFile::open_read(part.path);
   file.move_to(1);
   const Header primary = Header::read(file);
-  const bool workunit = o.layout == Layout::workunit ||
-                        (o.layout == Layout::automatic && file.move_to_name("SCI_0"));
   std::vector<RawExposure> out;
-  if (workunit) {
-    out = read_workunit(file, primary, o);
+  if (part.meta) {
+    out = read_workunit(file, primary, o, part.meta, part.shard_index);
+  } else if (o.layout == Layout::single) {
+    const int hdu = single_image_hdu(file);
+    if (!hdu) throw Error(part.path + ": layout single needs exactly one 2-D image HDU in each file");
+    out.push_back(read_single(file, primary, hdu, o));
+  } else if (o.layout == Layout::workunit || (o.layout == Layout::automatic && detail::is_workunit(file))) {
+    out = read_workunit(file, primary, o, nullptr, -1);
   } else {
     out.push_back(read_rubin(file, primary, o));
   }
@@ -430,19 +567,33 @@ LoadedStack read_exposures(const std::vector<std::string>& files, const ReadOpti
     throw Error("psf_val must be > 0, got " + std::to_string(o.psf_sigma));
   if (!(o.max_masked_fraction >= 0 && o.max_masked_fraction <= 1))
     throw Error("max_masked_pixels must be in [0, 1], got " + std::to_string(o.max_masked_fraction));
-  const int n = int(files.size());
+  // A sharded WorkUnit's primary file stands for its shard files.
+  const std::vector<detail::WorkUnitPart> parts =
+      o.layout == Layout::automatic || o.layout == Layout::workunit ? detail::resolve_workunit_shards(files)
+                                                                    : [&] {
+                                                                        std::vector<detail::WorkUnitPart> plain;
+                                                                        for (const auto& f : files) plain.push_back({f, nullptr, -1});
+                                                                        return plain;
+                                                                      }();
+  const int n = int(parts.size());
   std::vector<std::vector<RawExposure>> per_file(n);
   std::vector<std::string> errors(n);
   const int threads = o.threads > 0 ? o.threads : 0;
+  std::atomic<int> files_done{0};
 
   // Different files in parallel; one file is never shared between threads (cfitsio shares a
   // handle's buffers between opens of the same file).
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads > 0 ? threads : omp_get_max_threads())
   for (int i = 0; i < n; ++i) {
     try {
-      per_file[i] = read_file(files[i], o);
+      per_file[i] = read_file(parts[std::size_t(i)], o);
     } catch (const std::exception& e) {
       errors[i] = e.what();
+    }
+    const int done = ++files_done;
+    if (o.progress) {
+#pragma omp critical(shiftstack_read_progress)
+      o.progress(done, n);
     }
   }
   for (const auto& e : errors)
@@ -451,8 +602,21 @@ LoadedStack read_exposures(const std::vector<std::string>& files, const ReadOpti
   LoadedStack loaded;
   std::vector<RawExposure> all;
   for (auto& list : per_file)
-    for (auto& raw : list) all.push_back(std::move(raw));
+    for (auto& raw : list) {
+      loaded.warnings.insert(loaded.warnings.end(), raw.warnings.begin(), raw.warnings.end());
+      all.push_back(std::move(raw));
+    }
   if (all.empty()) throw Error("the inputs hold no exposures");
+
+  // A reprojected WorkUnit defines the frame of its pixels; it cannot be mixed with other inputs.
+  const detail::WorkUnitMeta* frame_source = nullptr;
+  for (const auto& raw : all)
+    if (raw.workunit && raw.workunit->reprojected) frame_source = raw.workunit.get();
+  if (frame_source)
+    for (const auto& raw : all)
+      if (!raw.workunit || raw.workunit->primary_path != frame_source->primary_path)
+        throw Error(raw.exposure.label + " cannot be searched together with the reprojected WorkUnit " +
+                    frame_source->primary_path + ": its pixels are not in that WorkUnit's frame");
 
   // One pixel grid for all.
   const int width = all[0].exposure.science.width, height = all[0].exposure.science.height;
@@ -481,14 +645,24 @@ LoadedStack read_exposures(const std::vector<std::string>& files, const ReadOpti
 
   std::stable_sort(kept.begin(), kept.end(),
                    [](const RawExposure& a, const RawExposure& b) { return a.exposure.epoch < b.exposure.epoch; });
+  // Exposures sharing an epoch stay separate exposures (their samples add independently), but
+  // the same image given twice would count its noise twice: that is an error.
+  std::size_t shared_epochs = 0;
+  std::string shared_example;
   for (std::size_t i = 1; i < kept.size(); ++i)
     if (kept[i].exposure.epoch == kept[i - 1].exposure.epoch) {
+      const Exposure& a = kept[i - 1].exposure;
+      const Exposure& b = kept[i].exposure;
       std::ostringstream s;
       s.precision(12);
-      s << kept[i].exposure.label << " and " << kept[i - 1].exposure.label << " have the same epoch (MJD "
-        << kept[i].exposure.epoch << ", from " << kept[i].info.epoch_keyword << ")";
-      throw Error(s.str());
+      s << b.label << " and " << a.label << " (MJD " << b.epoch << ", from " << kept[i].info.epoch_keyword << ")";
+      if (a.science.pixels == b.science.pixels)
+        throw Error(s.str() + " are the same image twice (same epoch, identical pixels); give each exposure once");
+      if (shared_epochs++ == 0) shared_example = s.str();
     }
+  if (shared_epochs > 0)
+    loaded.warnings.push_back(std::to_string(shared_epochs) + " exposure(s) share an epoch with another, e.g. " +
+                              shared_example + ": kept as separate exposures");
 
   // Shift-and-stack works in pixels: every exposure must be on the same grid. Compare where
   // each WCS puts the first exposure's centre.
@@ -498,20 +672,26 @@ LoadedStack read_exposures(const std::vector<std::string>& files, const ReadOpti
       reference = &*raw.wcs;
       break;
     }
+  bool one_grid = reference != nullptr;
   if (reference) {
     const double cx = 0.5 * (width - 1), cy = 0.5 * (height - 1);
     const SkyPosition centre = reference->pixel_to_sky(cx, cy);
     constexpr double max_offset_pixels = 0.5;
     for (const auto& raw : kept) {
-      if (!raw.wcs) continue;
+      if (!raw.wcs) {
+        one_grid = false;
+        continue;
+      }
       double x = 0, y = 0;
       try {
         raw.wcs->sky_to_pixel(centre.ra, centre.dec, x, y);
       } catch (const Error&) {
+        one_grid = false;
         continue;
       }
       const double offset = std::hypot(x - cx, y - cy);
       if (offset > max_offset_pixels) {
+        one_grid = false;
         std::ostringstream s;
         s.precision(3);
         s << raw.exposure.label << ": its WCS puts the common image centre " << offset
@@ -521,7 +701,18 @@ LoadedStack read_exposures(const std::vector<std::string>& files, const ReadOpti
     }
   }
 
+  // The grid's frame: a reprojected WorkUnit's, or the exposures' common WCS when they agree.
+  if (frame_source) {
+    loaded.frame.reprojected = true;
+    loaded.frame.frame = frame_source->frame;
+    loaded.frame.barycentric_distance = frame_source->barycentric_distance;
+    loaded.frame.global = frame_source->global;
+  } else if (one_grid) {
+    const auto* wu = kept.front().workunit.get();
+    loaded.frame.global = wu && wu->global ? wu->global : std::optional<Wcs>(*reference);
+  }
   for (auto& raw : kept) {
+    if (loaded.frame.frame == "ebd") loaded.frame.originals.push_back(std::move(raw.originals));
     loaded.curve_x.push_back(raw.curve_x);
     loaded.curve_y.push_back(raw.curve_y);
     loaded.info.push_back(std::move(raw.info));

@@ -108,6 +108,8 @@ void write_ecsv(const ResultTable& table, const std::string& path) {
     out += yaml_string(c.name);
     if (c.shape.empty()) {
       out += ", datatype: " + datatype_name(c.type);
+    } else if (table.rows == 0) {
+      out += ", datatype: string, subtype: '" + datatype_name(c.type) + "[null]'";
     } else {
       std::string dims;
       for (std::size_t a = 0; a < c.shape.size(); ++a) {
@@ -121,7 +123,12 @@ void write_ecsv(const ResultTable& table, const std::string& path) {
     out += "}\n";
   }
   // JSON is valid YAML, so the metadata goes in as one flow mapping.
-  if (!table.meta.is_null() && !table.meta.empty()) out += "# meta: " + table.meta.dump() + "\n";
+  nlohmann::json meta = table.meta.is_object() ? table.meta : nlohmann::json::object();
+  nlohmann::json shapes = nlohmann::json::object();
+  for (const auto& c : table.columns)
+    if (!c.shape.empty()) shapes[c.name] = c.shape;
+  if (!shapes.empty()) meta["column_shapes"] = shapes;
+  if (!meta.empty()) out += "# meta: " + meta.dump() + "\n";
   out += "# schema: astropy-2.0\n";
   for (std::size_t i = 0; i < table.columns.size(); ++i) out += (i ? " " : "") + table.columns[i].name;
   out += '\n';
@@ -331,6 +338,49 @@ void write_stamps_fits(const std::string& path, const std::vector<StampSet>& set
     for (const char* name : {"uuid", "x", "y", "vx", "vy", "likelihood"})
       if (const Column* c = table.find(name)) index.columns.push_back(*c);
     write_table_hdu(f, index, "CANDIDATES");
+  });
+}
+
+void write_column_fits(const ResultTable& single, const std::string& path, bool image) {
+  single.check();
+  require(!single.columns.empty(), path + ": no column to write");
+  const Column& column = single.columns.front();
+  const Column* uuid = single.find("uuid");
+  write_fits_atomically(path, [&](FitsFile& f) {
+    empty_primary(f);
+    int status = 0;
+    LONGLONG rows = LONGLONG(single.rows);
+    int is_image = image ? 1 : 0;
+    std::string name = column.name;
+    fits_update_key(f.get(), TLONGLONG, "NUMRES", &rows, "rows of the results table", &status);
+    fits_update_key(f.get(), TLOGICAL, "ISIMG", &is_image, "one image HDU per row", &status);
+    fits_update_key_str(f.get(), "COLNAME", name.data(), "results column", &status);
+    f.check(status, "writing the column header");
+    if (!image) {
+      ResultTable data;
+      data.rows = single.rows;
+      data.columns.push_back(column);
+      write_table_hdu(f, data, "DATA");
+      return;
+    }
+    require(column.type == Column::Type::float32 || column.type == Column::Type::float64,
+            path + ": image column " + column.name + " is not real-valued");
+    std::vector<long> axes(column.shape.rbegin(), column.shape.rend());  // FITS: fastest axis first
+    const std::size_t per_row = column.values_per_row();
+    for (std::size_t r = 0; r < single.rows; ++r) {
+      fits_create_img(f.get(), FLOAT_IMG, int(axes.size()), axes.data(), &status);
+      std::string extname = "IMG_" + std::to_string(r);
+      fits_update_key_str(f.get(), "EXTNAME", extname.data(), nullptr, &status);
+      if (uuid) {
+        std::string id = uuid->strings[r];
+        fits_update_key_str(f.get(), "UUID", id.data(), "the row's uuid", &status);
+      }
+      f.check(status, "creating " + extname);
+      std::vector<float> pixels(column.reals.begin() + std::ptrdiff_t(r * per_row),
+                                column.reals.begin() + std::ptrdiff_t((r + 1) * per_row));
+      fits_write_img(f.get(), TFLOAT, 1, LONGLONG(pixels.size()), pixels.data(), &status);
+      f.check(status, "writing " + extname);
+    }
   });
 }
 

@@ -94,6 +94,8 @@ double mjd_to_utc(double mjd, const std::string& timesys) {
   return tai - tai_minus_utc(approx_utc) / seconds_per_day;
 }
 
+double utc_to_tai(double mjd_utc) { return mjd_utc + tai_minus_utc(mjd_utc) / seconds_per_day; }
+
 namespace detail {
 
 EpochReading read_epoch(const Header& hdu, const Header& primary, const std::string& keyword,

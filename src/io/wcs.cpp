@@ -8,8 +8,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <regex>
 #include <mutex>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "shiftstack/error.hpp"
 
@@ -20,6 +24,7 @@ struct Wcs::State {
   // wcsp2s/wcss2p keep scratch memory in the distortion structs: one caller at a time.
   mutable std::mutex lock;
   std::string label;
+  std::string cards;  // the header it was parsed from
   ~State() { wcsfree(&wcs); }
 };
 
@@ -49,6 +54,7 @@ std::optional<Wcs> Wcs::from_header(const std::string& cards, const std::string&
     if (!celestial) continue;
     auto state = std::make_shared<State>();
     state->label = label;
+    state->cards = cards;
     state->wcs.flag = -1;
     if (wcssub(1, &candidate, nullptr, nullptr, &state->wcs) != 0) {
       failure = label + ": wcslib cannot copy the WCS";
@@ -116,6 +122,68 @@ std::string Wcs::description() const {
   }
   if (has_distortion()) d += " (with distortion)";
   return d;
+}
+
+namespace {
+
+// Keywords of the primary celestial WCS and its SIP/TPV distortions (alternates excluded).
+bool is_wcs_keyword(const std::string& key) {
+  static const std::regex pattern(
+      "WCSAXES|CRPIX[12]|CRVAL[12]|CDELT[12]|CUNIT[12]|CTYPE[12]|CROTA[12]|CD[12]_[12]|PC[12]_[12]|LONPOLE|LATPOLE|"
+      "RADESYS|EQUINOX|MJDREF|[AB]P?_ORDER|[AB]P?_[0-9]+_[0-9]+|PV[12]_[0-9]+|PS[12]_[0-9]+|A_DMAX|B_DMAX");
+  return std::regex_match(key, pattern);
+}
+
+}  // namespace
+
+std::string Wcs::to_kbmod_json(int width, int height) const {
+  nlohmann::ordered_json dict = nlohmann::ordered_json::object();
+  const std::string& cards = state_->cards;
+  for (std::size_t at = 0; at + 80 <= cards.size(); at += 80) {
+    const std::string card = cards.substr(at, 80);
+    std::string key = card.substr(0, 8);
+    while (!key.empty() && key.back() == ' ') key.pop_back();
+    if (card.compare(8, 2, "= ") != 0 || !is_wcs_keyword(key)) continue;
+    std::string value = card.substr(10);
+    const std::size_t start = value.find_first_not_of(' ');
+    if (start == std::string::npos) continue;
+    value = value.substr(start);
+    if (value[0] == '\'') {
+      std::string text;
+      for (std::size_t k = 1; k < value.size(); ++k) {
+        if (value[k] == '\'') {
+          if (k + 1 < value.size() && value[k + 1] == '\'') {
+            text += '\'';
+            ++k;
+            continue;
+          }
+          break;
+        }
+        text += value[k];
+      }
+      while (!text.empty() && text.back() == ' ') text.pop_back();
+      dict[key] = text;
+      continue;
+    }
+    value = value.substr(0, value.find('/'));
+    while (!value.empty() && value.back() == ' ') value.pop_back();
+    if (value == "T" || value == "F") {
+      dict[key] = value == "T";
+      continue;
+    }
+    for (char& c : value)
+      if (c == 'D' || c == 'd') c = 'E';
+    char* end = nullptr;
+    const double number = std::strtod(value.c_str(), &end);
+    if (!end || *end != 0) continue;
+    if (value.find_first_of(".Ee") == std::string::npos && std::abs(number) < 9e15)
+      dict[key] = static_cast<long long>(number);
+    else
+      dict[key] = number;
+  }
+  dict["NAXIS1"] = width;
+  dict["NAXIS2"] = height;
+  return dict.dump();
 }
 
 bool Wcs::has_distortion() const { return state_->wcs.lin.dispre || state_->wcs.lin.disseq; }

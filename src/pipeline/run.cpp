@@ -31,40 +31,27 @@ double seconds_since(Clock::time_point start) {
 struct StageRecorder {
   RunOutput& out;
   const std::function<void(const StageTime&)>& progress;
+  std::optional<double> timeout_hours;
+  Clock::time_point run_start = Clock::now();
   void record(const std::string& name, Clock::time_point start, const std::string& detail) {
     StageTime s{name, seconds_since(start), detail};
     out.stages.push_back(s);
     if (progress) progress(s);
+    // KBMOD's timeout_hours: a soft limit, checked between stages.
+    if (timeout_hours && seconds_since(run_start) > *timeout_hours * 3600)
+      throw Error("the run exceeded timeout_hours = " + std::to_string(*timeout_hours) + " after the " + name + " stage");
   }
 };
 
-// A deterministic 128-bit identifier per candidate (same inputs and trajectory, same uuid),
-// printed as 32 hexadecimal digits like KBMOD's uuid4().hex.
-std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-std::uint64_t hash_text(std::uint64_t h, const std::string& s) {
-  for (unsigned char c : s) h = mix64(h ^ c);
-  return h;
-}
-std::uint64_t hash_double(std::uint64_t h, double v) {
-  std::uint64_t bits = 0;
-  static_assert(sizeof bits == sizeof v);
-  std::memcpy(&bits, &v, sizeof v);
-  return mix64(h ^ bits);
-}
-
 void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOptions& options,
-                     std::future<void>* device_warm_up = nullptr) {
-  StageRecorder stage{out, options.progress};
+                     std::future<void>* device_warm_up = nullptr, Clock::time_point run_start = Clock::now()) {
+  StageRecorder stage{out, options.progress, config.timeout_hours, run_start};
   const ExposureStack& stack = out.loaded.stack;
 
   auto start = Clock::now();
   BankStage bank = build_bank(config, out.loaded);
   out.bank = std::move(bank.bank);
+  out.reference_time = bank.reference_time;
   stage.record("bank", start, bank.detail);
 
   start = Clock::now();
@@ -80,33 +67,50 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
   stage.record("encode", start, encoded.detail);
 
   start = Clock::now();
-  SearchStage searched = search_stage(config, options.engine, std::move(encoded.stack), out.bank, maps.on_gpu());
+  ProgressCallback search_progress;
+  if (options.stage_progress)
+    search_progress = [&](std::int64_t done, std::int64_t total) { options.stage_progress("search", double(done), double(total)); };
+  SearchStage searched =
+      search_stage(config, options.engine, std::move(encoded.stack), out.bank, maps.on_gpu(), search_progress);
+  out.warnings.insert(out.warnings.end(), searched.warnings.begin(), searched.warnings.end());
   out.engine = searched.result.engine;
   out.digest = searched.result.digest;
   out.threshold_crossings = std::int64_t(searched.result.candidates.size());
   stage.record("search", start, searched.detail);
 
   start = Clock::now();
-  FilterStage filtered = filter_stage(std::move(searched.result.candidates), maps, out.bank, config.filter);
+  ThinStage thinned = thin_stage(std::move(searched.result.candidates), maps, out.bank, config);
+  out.thinned = thinned.input - std::int64_t(thinned.candidates.size());
+  stage.record("thin", start, thinned.detail);
+
+  start = Clock::now();
+  FilterStage filtered = filter_stage(std::move(thinned.candidates), maps, out.bank, config.filter);
   maps = LikelihoodMaps{};  // the planes are not needed past the light curves
   out.filter = filtered.stats;
   stage.record("filter", start, filtered.detail);
 
   start = Clock::now();
   out.before_clustering = std::int64_t(filtered.detections.size());
-  ClusterStage clustered = cluster_stage(std::move(filtered.detections), out.bank, config);
+  ClusterStage clustered =
+      cluster_stage(std::move(filtered.detections), out.bank, config, stack, options.keep_unclustered);
   out.warnings.insert(out.warnings.end(), clustered.warnings.begin(), clustered.warnings.end());
+  out.unclustered = std::move(clustered.unclustered);
+  out.unclustered_row = std::move(clustered.unclustered_row);
   stage.record("cluster", start, clustered.detail);
 
   start = Clock::now();
   StampStage stamps = stamp_stage(stack, out.bank, clustered.detections, config);
   out.coadd_types = std::move(stamps.coadd_types);
   out.stamps = std::move(stamps.stamps);
+  out.all_stamps = std::move(stamps.all_stamps);
   stage.record("stamps", start, stamps.detail);
 
   start = Clock::now();
-  SkyStage sky = sky_stage(out.loaded.wcs, out.bank, clustered.detections, config);
+  SkyStage sky = sky_stage(out.loaded, out.bank, clustered.detections, config);
   out.have_sky = sky.have_sky;
+  out.have_global = sky.have_global;
+  out.sky_image = std::move(sky.image);
+  out.sky_global = std::move(sky.global);
   out.sky_first = std::move(sky.first);
   out.sky_last = std::move(sky.last);
   out.warnings.insert(out.warnings.end(), sky.warnings.begin(), sky.warnings.end());
@@ -118,7 +122,7 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
 
 RunOutput run_search(const SearchConfig& config, const RunOptions& options) {
   RunOutput out;
-  StageRecorder stage{out, options.progress};
+  StageRecorder stage{out, options.progress, config.timeout_hours};
   // The CUDA context takes a while to create: make it on a thread while the files are read.
   std::future<void> device_warm_up;
 #ifdef SHIFTSTACK_HAVE_CUDA
@@ -129,7 +133,9 @@ RunOutput run_search(const SearchConfig& config, const RunOptions& options) {
   stage.record("discover", start, std::to_string(out.files.size()) + " files");
 
   start = Clock::now();
-  out.loaded = read_exposures(out.files, config.read);
+  ReadOptions read = config.read;
+  if (options.stage_progress) read.progress = [&](int done, int total) { options.stage_progress("read", done, total); };
+  out.loaded = read_exposures(out.files, read);
   {
     const auto& s = out.loaded.stack;
     stage.record("read", start, std::to_string(s.size()) + " exposures of " + std::to_string(s.width()) + "x" +
@@ -137,7 +143,7 @@ RunOutput run_search(const SearchConfig& config, const RunOptions& options) {
                                     " files");
   }
   out.warnings = out.loaded.warnings;
-  run_from_loaded(config, out, options, &device_warm_up);
+  run_from_loaded(config, out, options, &device_warm_up, stage.run_start);
   return out;
 }
 
@@ -166,121 +172,6 @@ RunOutput run_search(const SearchConfig& config, LoadedStack loaded, const RunOp
   return out;
 }
 
-// ---- the table ----------------------------------------------------------------------------
-
-ResultTable make_result_table(const RunOutput& run, const SearchConfig& config) {
-  ResultTable t;
-  const std::size_t n = run.detections.size();
-  const int E = run.bank.exposures();
-  t.rows = n;
-  using T = Column::Type;
-  auto add = [&](const std::string& name, T type, const std::string& unit, const std::string& description,
-                 std::vector<int> shape = {}) -> Column& {
-    Column c;
-    c.name = name;
-    c.type = type;
-    c.unit = unit;
-    c.description = description;
-    c.shape = std::move(shape);
-    t.columns.push_back(std::move(c));
-    return t.columns.back();
-  };
-  {
-    Column& c = add("x", T::int32, "pix", "origin x at t_ref (0-based pixel)");
-    for (const auto& d : run.detections) c.integers.push_back(d.candidate.x);
-  }
-  {
-    Column& c = add("y", T::int32, "pix", "origin y at t_ref (0-based pixel)");
-    for (const auto& d : run.detections) c.integers.push_back(d.candidate.y);
-  }
-  {
-    Column& c = add("vx", T::float64, "pix / d", "velocity in x");
-    for (const auto& d : run.detections) c.reals.push_back(run.bank.velocity(std::size_t(d.candidate.velocity)).vx);
-  }
-  {
-    Column& c = add("vy", T::float64, "pix / d", "velocity in y");
-    for (const auto& d : run.detections) c.reals.push_back(run.bank.velocity(std::size_t(d.candidate.velocity)).vy);
-  }
-  {
-    Column& c = add("likelihood", T::float64, "", "sum(psi)/sqrt(sum(phi)) over valid epochs");
-    for (const auto& d : run.detections) c.reals.push_back(d.likelihood);
-  }
-  {
-    Column& c = add("flux", T::float64, "", "sum(psi)/sum(phi) over valid epochs (science units)");
-    for (const auto& d : run.detections) c.reals.push_back(d.flux);
-  }
-  {
-    Column& c = add("obs_count", T::int32, "", "valid epochs after sigma-G clipping");
-    for (const auto& d : run.detections) c.integers.push_back(d.obs_count);
-  }
-  // Inputs fingerprint, so the same trajectory on the same data keeps its uuid.
-  std::uint64_t base = 0x5eedull;
-  for (const auto& info : run.loaded.info) base = hash_double(hash_text(base, info.file), info.epoch);
-  {
-    Column& c = add("uuid", T::string, "", "identifier (deterministic hash of inputs and trajectory)");
-    for (const auto& d : run.detections) {
-      std::uint64_t h1 = hash_double(hash_double(base, d.candidate.x), d.candidate.y);
-      h1 = hash_double(h1, double(d.candidate.velocity));
-      const std::uint64_t h2 = mix64(h1 ^ 0xa5a5a5a5a5a5a5a5ull);
-      char text[33];
-      std::snprintf(text, sizeof text, "%016llx%016llx", (unsigned long long)h1, (unsigned long long)h2);
-      c.strings.emplace_back(text);
-    }
-  }
-  {
-    Column& c = add("search_likelihood", T::float64, "", "score the search engine reported (all epochs)");
-    for (const auto& d : run.detections) c.reals.push_back(d.candidate.Z);
-  }
-  {
-    Column& c = add("cluster_size", T::int32, "", "filtered candidates merged into this one");
-    for (const auto& d : run.detections) c.integers.push_back(d.cluster_size);
-  }
-  {
-    // add() may reallocate the column list: fill each column before adding the next.
-    Column& psi = add("psi_curve", T::float64, "", "a_e psi_e along the trajectory, per epoch", {E});
-    for (const auto& d : run.detections) psi.reals.insert(psi.reals.end(), d.curve.psi.begin(), d.curve.psi.end());
-    Column& phi = add("phi_curve", T::float64, "", "a_e^2 phi_e along the trajectory, per epoch", {E});
-    for (const auto& d : run.detections) phi.reals.insert(phi.reals.end(), d.curve.phi.begin(), d.curve.phi.end());
-    Column& valid = add("obs_valid", T::boolean, "", "epoch used (has data and survived sigma-G)", {E});
-    for (const auto& d : run.detections) valid.integers.insert(valid.integers.end(), d.obs_valid.begin(), d.obs_valid.end());
-  }
-  if (config.compute_ra_dec) {
-    const char* names[4] = {"ra_first", "dec_first", "ra_last", "dec_last"};
-    const char* text[4] = {"RA at the first epoch", "Dec at the first epoch", "RA at the last epoch",
-                           "Dec at the last epoch"};
-    for (int k = 0; k < 4; ++k) {
-      Column& c = add(names[k], T::float64, "deg", text[k]);
-      for (std::size_t i = 0; i < n; ++i) {
-        const SkyPosition& p = k < 2 ? run.sky_first[i] : run.sky_last[i];
-        c.reals.push_back(k % 2 == 0 ? p.ra : p.dec);
-      }
-    }
-  }
-  const int side = 2 * config.stamp_radius + 1;
-  for (std::size_t k = 0; k < run.coadd_types.size(); ++k) {
-    const CoaddType type = run.coadd_types[k];
-    std::vector<std::string> names;
-    if (type == config.stamp_type) names.push_back("stamp");
-    if (std::find(config.coadds.begin(), config.coadds.end(), type) != config.coadds.end())
-      names.push_back("coadd_" + to_string(type));
-    for (const auto& name : names) {
-      Column& c = add(name, T::float32, "", to_string(type) + " coadd along the trajectory (valid epochs)", {side, side});
-      for (const auto& stamp : run.stamps[k]) c.reals.insert(c.reals.end(), stamp.pixels.begin(), stamp.pixels.end());
-    }
-  }
-
-  t.meta = {{"shiftstack_version", SHIFTSTACK_VERSION},
-            {"t_ref", run.bank.t_ref},
-            {"mjd_mid", run.bank.epochs},
-            {"pixel_origin", "0-based; x, y are the positions at t_ref"},
-            {"shift_mode", run.bank.mode == ShiftMode::integer ? "integer" : "fractional"},
-            {"engine", run.engine},
-            {"encoding", to_string(run.encoding)},
-            {"lh_level", config.filter.lh_level},
-            {"exposures", E}};
-  return t;
-}
-
 nlohmann::json run_summary(const RunOutput& run, const SearchConfig& config, const OutputPaths& paths) {
   nlohmann::json exposures = nlohmann::json::array();
   for (const auto& info : run.loaded.info)
@@ -293,7 +184,8 @@ nlohmann::json run_summary(const RunOutput& run, const SearchConfig& config, con
                          {"mask", info.mask},
                          {"masked_pixels", info.masked_pixels},
                          {"nonfinite_pixels", info.nonfinite_pixels},
-                         {"has_wcs", info.has_wcs}});
+                         {"has_wcs", info.has_wcs},
+                         {"variance", info.variance}});
   nlohmann::json stages = nlohmann::json::array();
   double total = 0;
   for (const auto& s : run.stages) {
@@ -305,12 +197,21 @@ nlohmann::json run_summary(const RunOutput& run, const SearchConfig& config, con
           {"inputs", {{"files", run.files}, {"exposures", exposures}}},
           {"image", {{"width", stack.width()}, {"height", stack.height()}, {"exposures", stack.size()}}},
           {"config", config.effective},
+          {"config_sources", config.sources},
+          {"notices", config.notices},
+          {"frame",
+           {{"reprojected", run.loaded.frame.reprojected},
+            {"frame", run.loaded.frame.frame},
+            {"barycentric_distance", run.loaded.frame.barycentric_distance ? nlohmann::json(*run.loaded.frame.barycentric_distance)
+                                                                          : nlohmann::json(nullptr)},
+            {"global_wcs", run.loaded.frame.global.has_value()}}},
           {"engine", run.engine},
           {"encoding", to_string(run.encoding)},
           {"likelihood_device", run.likelihood_device},
           {"bank",
            {{"velocities", run.bank.size()},
             {"t_ref", run.bank.t_ref},
+            {"reference_time", run.reference_time},
             {"shift_mode", run.bank.mode == ShiftMode::integer ? "integer" : "fractional"},
             {"common_curve", !run.bank.curve_x.empty()}}},
           {"stages", stages},
@@ -318,12 +219,19 @@ nlohmann::json run_summary(const RunOutput& run, const SearchConfig& config, con
           {"digest", nlohmann::json::parse(to_json(run.digest))},
           {"counts",
            {{"threshold_crossings", run.threshold_crossings},
+            {"after_thinning", run.threshold_crossings - run.thinned},
             {"below_lh_level_after_clipping", run.filter.below_likelihood},
             {"too_few_observations", run.filter.too_few_observations},
             {"after_filtering", run.filter.kept},
+            {"removed_by_thinning", run.thinned},
             {"after_clustering", run.detections.size()}}},
           {"warnings", run.warnings},
-          {"outputs", {{"ecsv", paths.ecsv}, {"fits", paths.fits}, {"stamps", paths.stamps}, {"summary", paths.summary}}}};
+          {"outputs",
+           {{"ecsv", paths.ecsv},
+            {"fits", paths.fits},
+            {"stamps", paths.stamps},
+            {"summary", paths.summary},
+            {"unclustered", paths.unclustered}}}};
 }
 
 }  // namespace shiftstack::io

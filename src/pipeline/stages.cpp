@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <sstream>
 
 #include "shiftstack/encoding.hpp"
@@ -73,13 +74,16 @@ BankStage build_bank(const SearchConfig& config, const LoadedStack& loaded) {
   BankStage out;
   MotionBank& bank = out.bank;
   for (const auto& x : stack.exposures) bank.epochs.push_back(x.epoch);
-  if (config.reference_time == "mid") {
+  std::string when = config.reference_time;
+  if (when == "mid") {
     bank.t_ref = mid_span(bank.epochs);
-  } else if (config.reference_time == "first") {
+  } else if (when == "first") {
     bank.t_ref = *std::min_element(bank.epochs.begin(), bank.epochs.end());
   } else {
-    bank.t_ref = std::stod(config.reference_time);
+    bank.t_ref = std::stod(when);
+    when = "MJD " + when;
   }
+  out.reference_time = when;
   bank.mode = config.shift_mode;
   const auto& cx = loaded.curve_x;
   const auto& cy = loaded.curve_y;
@@ -104,7 +108,7 @@ BankStage build_bank(const SearchConfig& config, const LoadedStack& loaded) {
   std::ostringstream d;
   d << bank.size() << " velocities (" << config.generator.name << "), t_ref MJD " << std::fixed;
   d.precision(5);
-  d << bank.t_ref << (has_curve ? ", common curve from headers" : "");
+  d << bank.t_ref << " (" << when << ")" << (has_curve ? ", common curve from headers" : "");
   out.detail = d.str();
   return out;
 }
@@ -150,20 +154,29 @@ EncodeStage encode_maps(const LikelihoodMaps& maps, Encoding encoding) {
 }
 
 SearchStage search_stage(const SearchConfig& config, const std::string& requested, std::unique_ptr<EncodedStack> encoded,
-                         const MotionBank& bank, bool cube_on_gpu) {
+                         const MotionBank& bank, bool cube_on_gpu, const ProgressCallback& progress) {
+  SearchStage out;
   OutputPolicy policy;
-  policy.collect_candidates = true;
   policy.candidate_threshold = config.filter.lh_level;
   policy.max_candidates = config.max_candidates;
+  policy.progress = progress;
+  policy.collect_candidates = true;
+  // The bounds are [start, end) of the first-epoch pixel, which is the origin here (t_ref is
+  // the first epoch whenever bounds are given). Origins outside the image are not searched.
   Region region;
-  if (config.x_bounds) {
-    region.x0 = (*config.x_bounds)[0];
-    region.width = (*config.x_bounds)[1] - (*config.x_bounds)[0];
-  }
-  if (config.y_bounds) {
-    region.y0 = (*config.y_bounds)[0];
-    region.height = (*config.y_bounds)[1] - (*config.y_bounds)[0];
-  }
+  auto clip = [&](const std::optional<std::array<int, 2>>& bounds, int size, const char* name, int& start, int& length) {
+    if (!bounds) return;
+    const int a = std::min((*bounds)[0], size), b = std::min((*bounds)[1], size);
+    if ((*bounds)[1] > size)
+      out.warnings.push_back(std::string(name) + " [" + std::to_string((*bounds)[0]) + ", " + std::to_string((*bounds)[1]) +
+                             ") reaches beyond the image (" + std::to_string(size) + " pixels): origins outside it are not searched");
+    require(b > a, std::string(name) + " [" + std::to_string((*bounds)[0]) + ", " + std::to_string((*bounds)[1]) +
+                       ") holds no pixel of the " + std::to_string(size) + "-pixel image");
+    start = a;
+    length = b - a;
+  };
+  clip(config.x_bounds, encoded->width, "x_pixel_bounds", region.x0, region.width);
+  clip(config.y_bounds, encoded->height, "y_pixel_bounds", region.y0, region.height);
   const SearchInput probe{encoded.get(), &bank, resolve(region, encoded->width, encoded->height), policy};
   auto engine = choose_engine(requested.empty() ? config.engine : requested, config.cpu_only, probe);
   std::string note;
@@ -176,7 +189,6 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
 #else
   (void)cube_on_gpu;
 #endif
-  SearchStage out;
   out.result = search(*engine, *encoded, bank, policy, region);
   const int E = encoded->exposures;
   encoded.reset();
@@ -186,8 +198,93 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
   std::ostringstream d;
   d << out.result.engine << ": " << double(out.result.digest.trials) << " trials x " << E << " exposures, maxZ "
     << format("%.2f", out.result.digest.maxZ) << ", " << out.result.candidates.size() << " above lh_level "
-    << config.filter.lh_level << note;
+    << config.filter.lh_level;
+  d << note;
   out.detail = d.str();
+  return out;
+}
+
+// Light curves of candidates, from the host planes or in batches from the device.
+std::vector<LightCurve> sample_curves(const std::vector<Candidate>& candidates, const LikelihoodMaps& maps,
+                                      const MotionBank& bank) {
+  std::vector<LightCurve> curves(candidates.size());
+  if (!maps.on_gpu()) {
+#pragma omp parallel for schedule(dynamic, 256)
+    for (std::int64_t i = 0; i < std::int64_t(candidates.size()); ++i) {
+      const Candidate& c = candidates[std::size_t(i)];
+      curves[std::size_t(i)] = light_curve(maps.host, bank, c.x, c.y, std::size_t(c.velocity));
+    }
+    return curves;
+  }
+#ifdef SHIFTSTACK_HAVE_CUDA
+  for (std::size_t begin = 0; begin < candidates.size(); begin += light_curve_batch) {
+    const std::size_t end = std::min(candidates.size(), begin + light_curve_batch);
+    std::vector<LightCurve> batch = maps.device->light_curves(bank, candidates, begin, end);
+    std::move(batch.begin(), batch.end(), curves.begin() + std::ptrdiff_t(begin));
+  }
+#endif
+  return curves;
+}
+
+ThinStage thin_stage(std::vector<Candidate> candidates, const LikelihoodMaps& maps, const MotionBank& bank,
+                     const SearchConfig& config) {
+  ThinStage out;
+  out.input = std::int64_t(candidates.size());
+  const int E = bank.exposures();
+  const int num_obs = config.filter.num_obs < 0 || config.filter.num_obs > E ? E : config.filter.num_obs;
+  std::vector<std::string> steps;
+  auto keep_only = [&](const std::vector<std::size_t>& keep, std::vector<double>& key) {
+    std::vector<Candidate> c;
+    std::vector<double> k;
+    c.reserve(keep.size());
+    for (std::size_t i : keep) {
+      c.push_back(candidates[i]);
+      k.push_back(key[i]);
+    }
+    candidates = std::move(c);
+    key = std::move(k);
+  };
+  std::vector<double> key(candidates.size());
+  for (std::size_t i = 0; i < candidates.size(); ++i) key[i] = candidates[i].Z;
+  if (config.gpu_filter && config.filter.sigma_g) {
+    // KBMOD's in-search filter: trials with too few samples never enter its per-pixel lists,
+    // and the rest are ranked, and cut, by their clipped likelihood.
+    std::vector<std::size_t> keep;
+    for (std::size_t i = 0; i < candidates.size(); ++i)
+      if (candidates[i].obs_count >= num_obs) keep.push_back(i);
+    out.too_few_observations = std::int64_t(candidates.size() - keep.size());
+    keep_only(keep, key);
+    const std::vector<LightCurve> curves = sample_curves(candidates, maps, bank);
+    keep.clear();
+    const auto& o = config.filter.sigma_g_options;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      key[i] = prefilter_likelihood(curves[i], o.low_percentile, o.high_percentile);
+      if (key[i] >= config.filter.lh_level) keep.push_back(i);
+    }
+    out.below_prefilter = std::int64_t(candidates.size() - keep.size());
+    keep_only(keep, key);
+    steps.push_back(std::to_string(out.too_few_observations) + " with fewer than num_obs samples and " +
+                    std::to_string(out.below_prefilter) + " below lh_level after the gpu_filter prefilter");
+  }
+  if (config.results_per_pixel) {
+    const std::size_t before = candidates.size();
+    keep_only(best_per_pixel(candidates, key, bank, *config.results_per_pixel), key);
+    out.per_pixel = std::int64_t(before - candidates.size());
+    steps.push_back(std::to_string(out.per_pixel) + " beyond the best " + std::to_string(*config.results_per_pixel) +
+                    " per pixel");
+  }
+  if (config.near_dup_thresh) {
+    const std::size_t before = candidates.size();
+    keep_only(near_duplicate_survivors(candidates, key, bank, *config.near_dup_thresh), key);
+    out.near_duplicates = std::int64_t(before - candidates.size());
+    steps.push_back(std::to_string(out.near_duplicates) + " near duplicates (" + format("%g", *config.near_dup_thresh) +
+                    " px bins)");
+  }
+  out.candidates = std::move(candidates);
+  std::string list;
+  for (const auto& s : steps) list += (list.empty() ? "" : ", ") + s;
+  out.detail = std::to_string(out.input) + " -> " + std::to_string(out.candidates.size()) + " candidates" +
+               (list.empty() ? " (off)" : " (removed " + list + ")");
   return out;
 }
 
@@ -222,25 +319,49 @@ FilterStage filter_stage(std::vector<Candidate> candidates, const LikelihoodMaps
   return out;
 }
 
-ClusterStage cluster_stage(std::vector<Detection> detections, const MotionBank& bank, const SearchConfig& config) {
+ClusterStage cluster_stage(std::vector<Detection> detections, const MotionBank& bank, const SearchConfig& config,
+                           const ExposureStack& stack, bool keep_unclustered) {
   ClusterStage out;
   const std::size_t before = detections.size();
+  if (keep_unclustered) out.unclustered = detections;
+  std::vector<int> rows;
   if (config.do_clustering) {
-    out.detections = cluster_detections(std::move(detections), bank, config.cluster);
+    ClusterOptions options = config.cluster;
+    options.lh_level = config.filter.lh_level;
+    options.psf_sigma = 0;
+    for (const auto& x : stack.exposures) options.psf_sigma = std::max(options.psf_sigma, psf_sigma_of(x.psf));
+    // A kept detection needs half the observations the filter asks for, and at least two,
+    // away from brighter ones: a trial resting on one or two stray epochs is no new mover.
+    const int E = bank.exposures();
+    const int num_obs = config.filter.num_obs < 0 || config.filter.num_obs > E ? E : config.filter.num_obs;
+    options.num_obs = std::max(2, (num_obs + 1) / 2);
+    out.detections = cluster_detections(std::move(detections), bank, options, keep_unclustered ? &rows : nullptr);
   } else {
-    out.detections = std::move(detections);
-    std::stable_sort(out.detections.begin(), out.detections.end(),
-                     [](const Detection& a, const Detection& b) { return a.likelihood > b.likelihood; });
+    std::vector<std::size_t> order(detections.size());
+    std::iota(order.begin(), order.end(), std::size_t(0));
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return detections[a].likelihood > detections[b].likelihood; });
+    rows.assign(detections.size(), -1);
+    for (std::size_t r = 0; r < order.size(); ++r) {
+      rows[order[r]] = int(r);
+      out.detections.push_back(std::move(detections[order[r]]));
+    }
   }
   if (config.max_results > 0 && std::int64_t(out.detections.size()) > config.max_results) {
     out.warnings.push_back("kept the best " + std::to_string(config.max_results) + " of " +
                            std::to_string(out.detections.size()) + " candidates (max_results)");
     out.detections.resize(std::size_t(config.max_results));
+    for (int& r : rows)
+      if (r >= config.max_results) r = -1;
   }
+  if (keep_unclustered) out.unclustered_row = std::move(rows);
+  const std::string thinned;
   out.detail = config.do_clustering ? std::to_string(before) + " -> " + std::to_string(out.detections.size()) +
-                                          " candidates (" + to_string(config.cluster.space) + ", eps " +
-                                          format("%g", config.cluster.eps) + " px)"
-                                    : "off";
+                                          " candidates (" + to_string(config.cluster.space) +
+                                          (config.cluster.space == ClusterSpace::peaks ? std::string()
+                                                                                       : ", eps " + format("%g", config.cluster.eps) + " px") +
+                                          thinned + ")"
+                                    : "off" + thinned;
   return out;
 }
 
@@ -250,43 +371,122 @@ StampStage stamp_stage(const ExposureStack& stack, const MotionBank& bank, const
   out.coadd_types = {config.stamp_type};
   for (CoaddType t : config.coadds)
     if (std::find(out.coadd_types.begin(), out.coadd_types.end(), t) == out.coadd_types.end()) out.coadd_types.push_back(t);
-  const int n = int(detections.size());
+  const int n = int(detections.size()), E = stack.size(), r = config.stamp_radius, side = 2 * config.stamp_radius + 1;
   out.stamps.assign(out.coadd_types.size(), std::vector<Image<float>>(n));
+  if (config.save_all_stamps) out.all_stamps.assign(std::size_t(n), std::vector<Image<float>>(std::size_t(E)));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
 #pragma omp parallel for schedule(dynamic, 4)
   for (int i = 0; i < n; ++i) {
-    auto coadds = coadd_stamps(stack, bank, detections[i].candidate, detections[i].obs_valid, config.stamp_radius,
-                               out.coadd_types);
+    const Candidate& c = detections[i].candidate;
+    auto coadds = coadd_stamps(stack, bank, c, detections[i].obs_valid, config.stamp_radius, out.coadd_types);
     for (std::size_t k = 0; k < coadds.size(); ++k) out.stamps[k][i] = std::move(coadds[k]);
+    if (!config.save_all_stamps) continue;
+    // KBMOD's all_stamps: the science pixels around the sampled pixel of every epoch; masked
+    // pixels and pixels outside the image are NaN.
+    for (int e = 0; e < E; ++e) {
+      const Exposure& x = stack.exposures[std::size_t(e)];
+      const PixelIndex p = sampled_pixel(bank, c.x, c.y, std::size_t(c.velocity), e);
+      Image<float> stamp(side, side, nan);
+      for (int dy = -r; dy <= r; ++dy)
+        for (int dx = -r; dx <= r; ++dx) {
+          const int px = p.x + dx, py = p.y + dy;
+          if (px < 0 || py < 0 || px >= x.science.width || py >= x.science.height) continue;
+          if (!x.mask.empty() && x.mask(px, py)) continue;
+          stamp(dx + r, dy + r) = x.science(px, py);
+        }
+      out.all_stamps[std::size_t(i)][std::size_t(e)] = std::move(stamp);
+    }
   }
   out.detail = std::to_string(n) + " candidates x " + std::to_string(out.coadd_types.size()) + " coadds, radius " +
-               std::to_string(config.stamp_radius);
+               std::to_string(config.stamp_radius) + (config.save_all_stamps ? ", all_stamps" : "");
   return out;
 }
 
-SkyStage sky_stage(const std::vector<std::optional<Wcs>>& wcs, const MotionBank& bank,
-                   const std::vector<Detection>& detections, const SearchConfig& config) {
+SkyStage sky_stage(const LoadedStack& loaded, const MotionBank& bank, const std::vector<Detection>& detections,
+                   const SearchConfig& config) {
   SkyStage out;
   const int n = int(detections.size()), E = bank.exposures();
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  out.first.assign(n, {nan, nan});
-  out.last.assign(n, {nan, nan});
-  out.have_sky = config.compute_ra_dec && !wcs.empty() && wcs.front() && wcs.back();
-  if (out.have_sky) {
-    for (int i = 0; i < n; ++i) {
-      const Candidate& c = detections[i].candidate;
-      const PixelPosition a = predicted_position(bank, c.x, c.y, std::size_t(c.velocity), 0);
-      const PixelPosition b = predicted_position(bank, c.x, c.y, std::size_t(c.velocity), E - 1);
+  const SkyPosition none{nan, nan};
+  const GridFrame& frame = loaded.frame;
+  const bool ebd = frame.frame == "ebd";
+  int with_wcs = 0;
+  for (const auto& w : loaded.wcs) with_wcs += bool(w);
+  out.have_sky = config.compute_ra_dec && (ebd ? !frame.originals.empty() : with_wcs > 0);
+  out.have_global = config.compute_ra_dec && frame.global.has_value();
+  out.first.assign(std::size_t(n), none);
+  out.last.assign(std::size_t(n), none);
+  if (!config.compute_ra_dec) {
+    out.detail = "skipped (compute_ra_dec false)";
+    return out;
+  }
+  if (!out.have_sky && !out.have_global) {
+    out.warnings.push_back("no exposure has a WCS: no sky positions");
+    out.detail = "skipped (no WCS)";
+    return out;
+  }
+  if (!ebd && with_wcs < E)
+    out.warnings.push_back(std::to_string(E - with_wcs) + " of " + std::to_string(E) +
+                           " exposures have no WCS: their img_ra and img_dec are NaN");
+  bool missing_originals = false;
+  if (ebd)
+    for (const auto& list : frame.originals)
+      for (const auto& o : list) missing_originals = missing_originals || !o.ebd || !o.original;
+  if (missing_originals)
+    out.warnings.push_back("the WorkUnit is in the barycentric 'ebd' frame but some of its original images lack an "
+                           "ebd_wcs or per_image_wcs: their img_ra and img_dec are NaN (global_ra, global_dec are in the "
+                           "ebd frame)");
+  out.image.assign(std::size_t(n), std::vector<SkyPosition>(std::size_t(E), none));
+  if (out.have_global) out.global.assign(std::size_t(n), std::vector<SkyPosition>(std::size_t(E), none));
+  std::vector<std::string> failures(static_cast<std::size_t>(n));
+  // Observed position of grid pixel (x, y) of exposure e in the ebd frame: through the original
+  // image that holds it (KBMOD keeps the constituents' WCS; the mapping needs no ephemeris).
+  auto observed = [&](int e, double x, double y) {
+    const SkyPosition in_frame = frame.global->pixel_to_sky(x, y);
+    for (const OriginalFrame& o : frame.originals[std::size_t(e)]) {
+      if (!o.ebd || !o.original) continue;
+      double px = 0, py = 0;
+      o.ebd->sky_to_pixel(in_frame.ra, in_frame.dec, px, py);
+      // Inside the original image (its pixel edges at -0.5 and size - 0.5).
+      if (px >= -0.5 && py >= -0.5 && (o.width <= 0 || px <= o.width - 0.5) && (o.height <= 0 || py <= o.height - 0.5))
+        return o.original->pixel_to_sky(px, py);
+    }
+    return none;
+  };
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int i = 0; i < n; ++i) {
+    const Candidate& c = detections[std::size_t(i)].candidate;
+    for (int e = 0; e < E; ++e) {
+      const PixelPosition p = predicted_position(bank, c.x, c.y, std::size_t(c.velocity), e);
       try {
-        out.first[i] = wcs.front()->pixel_to_sky(a.x, a.y);
-        out.last[i] = wcs.back()->pixel_to_sky(b.x, b.y);
-      } catch (const Error& e) {
-        out.warnings.push_back(e.what());
+        if (ebd) {
+          out.image[std::size_t(i)][std::size_t(e)] = observed(e, p.x, p.y);
+        } else if (loaded.wcs[std::size_t(e)]) {
+          out.image[std::size_t(i)][std::size_t(e)] = loaded.wcs[std::size_t(e)]->pixel_to_sky(p.x, p.y);
+        }
+        if (out.have_global) out.global[std::size_t(i)][std::size_t(e)] = frame.global->pixel_to_sky(p.x, p.y);
+      } catch (const Error& err) {
+        if (failures[std::size_t(i)].empty()) failures[std::size_t(i)] = err.what();
       }
     }
-  } else if (config.compute_ra_dec) {
-    out.warnings.push_back("no WCS on the first or last exposure: RA/Dec columns are NaN");
   }
-  out.detail = out.have_sky ? "RA/Dec at the first and last epoch for " + std::to_string(n) : std::string("skipped");
+  for (const auto& f : failures)
+    if (!f.empty()) {
+      out.warnings.push_back("some sky positions are NaN: " + f);
+      break;
+    }
+  // Epochs in time order: the first and the last are the extreme epochs.
+  int first = 0, last = 0;
+  for (int e = 1; e < E; ++e) {
+    if (bank.epochs[std::size_t(e)] < bank.epochs[std::size_t(first)]) first = e;
+    if (bank.epochs[std::size_t(e)] >= bank.epochs[std::size_t(last)]) last = e;
+  }
+  for (int i = 0; i < n; ++i) {
+    out.first[std::size_t(i)] = out.image[std::size_t(i)][std::size_t(first)];
+    out.last[std::size_t(i)] = out.image[std::size_t(i)][std::size_t(last)];
+  }
+  out.detail = std::to_string(n) + " candidates x " + std::to_string(E) + " epochs" +
+               (ebd ? " through the original images (ebd frame)" : "") + (out.have_global ? ", global WCS" : "");
   return out;
 }
 

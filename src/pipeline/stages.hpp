@@ -23,6 +23,7 @@ namespace shiftstack::io {
 // bank: epochs, t_ref, the common curve from the headers, the velocity generator.
 struct BankStage {
   MotionBank bank;
+  std::string reference_time;  // what t_ref is: "mid", "first" or "MJD <value>"
   std::string detail;
 };
 BankStage build_bank(const SearchConfig& config, const LoadedStack& loaded);
@@ -51,12 +52,30 @@ EncodeStage encode_maps(const LikelihoodMaps& maps, Encoding encoding);
 
 // search: picks the engine (`requested`, or the config's; "auto" = fastest that supports the
 // input) and runs it over the configured pixel bounds. The encoded cube is released after it.
+// Pixel bounds are first-epoch positions, and t_ref is the first epoch whenever they are given
+// (the configuration insists), so they are the origins' region here (clipped to the image, with a warning). With
+// results_per_pixel the engine keeps the best k trials per origin and those above lh_level
+// are the candidates.
 struct SearchStage {
   SearchResult result;
+  std::vector<std::string> warnings;
   std::string detail;
 };
 SearchStage search_stage(const SearchConfig& config, const std::string& requested, std::unique_ptr<EncodedStack> encoded,
-                         const MotionBank& bank, bool cube_on_gpu);
+                         const MotionBank& bank, bool cube_on_gpu, const ProgressCallback& progress = {});
+
+// thin: KBMOD's steps between its search and its light-curve filter, in KBMOD's order: the
+// gpu_filter prefilter (trials with fewer than num_obs samples, or whose clipped likelihood
+// misses lh_level, leave; the rest are ranked by it), the best results_per_pixel per starting
+// pixel, then the near-duplicate grid (near_dup_thresh). Ranking: the prefilter likelihood with
+// gpu_filter, else the search score.
+struct ThinStage {
+  std::vector<Candidate> candidates;
+  std::int64_t input = 0, too_few_observations = 0, below_prefilter = 0, per_pixel = 0, near_duplicates = 0;
+  std::string detail;
+};
+ThinStage thin_stage(std::vector<Candidate> candidates, const LikelihoodMaps& maps, const MotionBank& bank,
+                     const SearchConfig& config);
 
 // filter: light curves of the threshold crossings, sigma-G clipping, likelihood and obs_count cuts.
 struct FilterStage {
@@ -67,31 +86,40 @@ struct FilterStage {
 FilterStage filter_stage(std::vector<Candidate> candidates, const LikelihoodMaps& maps, const MotionBank& bank,
                          const FilterOptions& options);
 
-// cluster: merges detections of one mover (or only sorts them), then max_results.
+// cluster: merges detections of one mover (or only sorts them), then max_results. With keep_unclustered the input detections stay available, each with the
+// output row it was merged into (-1: none, or cut by max_results).
 struct ClusterStage {
   std::vector<Detection> detections;  // best first
+  std::vector<Detection> unclustered;
+  std::vector<int> unclustered_row;
   std::vector<std::string> warnings;
   std::string detail;
 };
-ClusterStage cluster_stage(std::vector<Detection> detections, const MotionBank& bank, const SearchConfig& config);
+ClusterStage cluster_stage(std::vector<Detection> detections, const MotionBank& bank, const SearchConfig& config,
+                           const ExposureStack& stack, bool keep_unclustered = false);
 
 // stamps: the configured coadds of every detection.
 struct StampStage {
   std::vector<CoaddType> coadd_types;
   std::vector<std::vector<Image<float>>> stamps;  // [coadd][detection]
+  std::vector<std::vector<Image<float>>> all_stamps;  // [detection][epoch] (save_all_stamps)
   std::string detail;
 };
 StampStage stamp_stage(const ExposureStack& stack, const MotionBank& bank, const std::vector<Detection>& detections,
                        const SearchConfig& config);
 
-// wcs: RA/Dec at the first and last epoch (NaN without a WCS).
+// wcs: sky positions of every detection at every epoch. `image` through each exposure's WCS
+// (for a WorkUnit in the barycentric "ebd" frame, through the original images: reprojected
+// pixel -> ebd sky -> original pixel -> observed sky); `global` through the grid's common WCS
+// (the WorkUnit's, in its frame). NaN where no WCS applies.
 struct SkyStage {
-  bool have_sky = false;
-  std::vector<SkyPosition> first, last;
+  bool have_sky = false, have_global = false;
+  std::vector<std::vector<SkyPosition>> image, global;  // [detection][epoch]
+  std::vector<SkyPosition> first, last;                 // image positions at the first/last epoch
   std::vector<std::string> warnings;
   std::string detail;
 };
-SkyStage sky_stage(const std::vector<std::optional<Wcs>>& wcs, const MotionBank& bank,
-                   const std::vector<Detection>& detections, const SearchConfig& config);
+SkyStage sky_stage(const LoadedStack& loaded, const MotionBank& bank, const std::vector<Detection>& detections,
+                   const SearchConfig& config);
 
 }  // namespace shiftstack::io

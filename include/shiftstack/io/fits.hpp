@@ -4,13 +4,18 @@
 //   rubin     primary header + IMAGE, MASK, VARIANCE image HDUs found by EXTNAME (names
 //             configurable); without those names, HDUs 1, 2, 3 in that order.
 //   workunit  KBMOD WorkUnit files: SCI_i, VAR_i, MSK_i and optional PSF_i HDUs for i = 0..n-1,
-//             several exposures in one file (tile-compressed HDUs are read transparently).
+//             several exposures in one file (tile-compressed HDUs are read transparently), or a
+//             sharded WorkUnit: a primary file (NUMIMG, KBMOD_CONFIG, IMG_META) beside files
+//             i_<name> holding image i each.
+//   single    one image HDU per file and no noise plane: the variance is estimated from the
+//             image or given (ReadOptions::single_image_variance).
 // Masks: bit planes named by MP_<NAME> header keywords (Rubin/LSST), rejecting the planes in
 // `flag_keys`; or integer codes (DECam style) rejecting any bit of `mask_bitmask`. Non-finite
 // science or variance values, and variance <= 0, are masked too (counted per exposure).
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,9 +26,17 @@
 
 namespace shiftstack::io {
 
-enum class Layout { automatic, rubin, workunit };
+enum class Layout { automatic, rubin, workunit, single };
 enum class VarianceKind { variance, sigma, weight };  // weight = inverse variance
 enum class MaskKind { planes, bitmask };
+
+// The noise of files that hold a single image: a constant variance per image, either estimated
+// from the image as (1.4826 MAD)^2 over its finite pixels (a robust sigma, insensitive to the few
+// bright sources) or given.
+struct SingleImageVariance {
+  bool estimate = true;
+  double value = 0;  // when not estimated
+};
 
 struct ReadOptions {
   Layout layout = Layout::automatic;
@@ -41,7 +54,9 @@ struct ReadOptions {
   std::array<std::string, 2> curve_keywords = {"CURVE_X", "CURVE_Y"};
   double psf_sigma = 1.4;  // Gaussian PSF (pixels) when no kernel HDU is present (KBMOD psf_val)
   double max_masked_fraction = 0.5;  // exposures masked beyond this are dropped (KBMOD)
+  std::optional<SingleImageVariance> single_image_variance;  // nullopt: single-image files are an error
   int threads = 0;  // 0 = OpenMP's default
+  std::function<void(int done, int total)> progress;  // files read so far; may be empty
 
   static std::vector<std::string> default_flag_keys();
 };
@@ -58,6 +73,26 @@ struct ExposureInfo {
   std::int64_t masked_pixels = 0;     // rejected by the mask plane
   std::int64_t nonfinite_pixels = 0;  // unmasked but NaN/inf/variance <= 0, masked on read
   bool has_wcs = false;
+  std::string variance;       // "plane VAR_0" or "estimated (1.4826 MAD)^2 = 3.9" etc.
+};
+
+// One original image behind an exposure of a reprojected WorkUnit (KBMOD's IMG_META row).
+struct OriginalFrame {
+  std::optional<Wcs> ebd;       // original pixels -> the reprojected frame's sky (KBMOD ebd_wcs)
+  std::optional<Wcs> original;  // original pixels -> observed sky (KBMOD per_image_wcs)
+  int width = 0, height = 0;    // the original image's size (pixels)
+};
+
+// The frame of the pixel grid. Plain files: their own WCS. A KBMOD WorkUnit may have been
+// reprojected onto a common WCS (`global`); in the barycentric "ebd" frame that WCS gives
+// parallax-corrected positions, so observed sky positions go through each exposure's original
+// images instead (`originals`).
+struct GridFrame {
+  bool reprojected = false;
+  std::string frame;                            // "", "original" or "ebd" (WorkUnit REPFRAME)
+  std::optional<double> barycentric_distance;   // AU (WorkUnit BARY)
+  std::optional<Wcs> global;                    // the common WCS (WorkUnit primary header)
+  std::vector<std::vector<OriginalFrame>> originals;  // per exposure (ebd frames only)
 };
 
 struct LoadedStack {
@@ -66,6 +101,7 @@ struct LoadedStack {
   std::vector<ExposureInfo> info;          // same order
   std::vector<std::optional<Wcs>> wcs;     // same order
   std::vector<std::string> warnings;       // dropped exposures, inconsistent WCS, ...
+  GridFrame frame;
 };
 
 // Input paths: files as given, directories (their *.fits, *.fit, *.fits.fz, *.fz, *.fits.gz
@@ -80,6 +116,7 @@ LoadedStack read_exposures(const std::vector<std::string>& files, const ReadOpti
 // (through cfitsio's parser), and an MJD in a FITS TIMESYS scale -> UTC.
 double iso_to_mjd(const std::string& iso);
 double mjd_to_utc(double mjd, const std::string& timesys);
+double utc_to_tai(double mjd_utc);  // UTC MJD -> TAI MJD (leap-second table)
 
 // ---- writing ------------------------------------------------------------------------------
 

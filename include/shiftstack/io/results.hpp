@@ -36,6 +36,9 @@ struct ResultTable {
   void check() const;
 };
 
+// Array columns are declared with their fixed shape ('float64[10]'); a table with no rows
+// declares them variable-length ('float64[null]'), because astropy 5.2 cannot read fixed-shape
+// array columns without rows. meta['column_shapes'] records the shapes either way.
 void write_ecsv(const ResultTable& table, const std::string& path);
 void write_fits_table(const ResultTable& table, const std::string& path, const std::string& extname = "RESULTS");
 
@@ -47,6 +50,12 @@ struct StampSet {
 };
 void write_stamps_fits(const std::string& path, const std::vector<StampSet>& sets,
                        const ResultTable& table, const nlohmann::json& meta);
+
+// One column in a file of its own, KBMOD's separate-column format (Results.load_column): a
+// primary header with NUMRES (rows), ISIMG and COLNAME; then, for an image column, one image
+// HDU IMG_<i> per row (its header holding the row's uuid when the table has one), otherwise a
+// DATA table holding the column. `single` holds the column first, then optionally uuid.
+void write_column_fits(const ResultTable& single, const std::string& path, bool image);
 
 // Plain text (the run summary JSON), atomically.
 void write_text_file(const std::string& path, const std::string& content);

@@ -25,6 +25,9 @@ class Wcs {
   void sky_to_pixel(double ra, double dec, double& x, double& y) const;  // degrees -> 0-based
   std::string description() const;  // e.g. "RA---TAN-SIP/DEC--TAN-SIP"
   bool has_distortion() const;
+  // KBMOD's serialized form (wcs_utils.serialize_wcs): a JSON object of the WCS keywords it was
+  // read from (distortions included) with NAXIS1 and NAXIS2 = the image size.
+  std::string to_kbmod_json(int width, int height) const;
 
  private:
   struct State;
