@@ -48,6 +48,31 @@ TEST(Cli, VersionPrintsTheProjectVersion) {
   EXPECT_TRUE(contains(r.output, SHIFTSTACK_VERSION)) << r.output;
 }
 
+TEST(Cli, MisspelledCommandsAndOptionsGetSuggestions) {
+  Outcome r = shiftstack("demoo");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "unknown command 'demoo' (did you mean 'demo'?)")) << r.output;
+  r = shiftstack("--verison");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "unknown option '--verison' (did you mean '--version'?)")) << r.output;
+  r = shiftstack("demo --sed 3");
+  EXPECT_EQ(r.status, 109) << r.output;  // CLI11's "argument not expected", documented in --help
+  EXPECT_TRUE(contains(r.output, "unknown option '--sed' for 'demo' (did you mean '--seed'?)")) << r.output;
+  // Far from every name: no guess, CLI11's own message.
+  r = shiftstack("demo --zzzzzzzz");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_FALSE(contains(r.output, "did you mean")) << r.output;
+}
+
+TEST(Cli, HelpDocumentsTheExitCodes) {
+  for (const char* args : {"--help", "demo --help", "bench --help"}) {
+    const Outcome r = shiftstack(args);
+    EXPECT_EQ(r.status, 0) << r.output;
+    for (const char* code : {"Exit codes", "105", "106", "109", "114"})
+      EXPECT_TRUE(contains(r.output, code)) << args << ": " << code << " missing";
+  }
+}
+
 TEST(Cli, HelpListsTheSubcommands) {
   const Outcome r = shiftstack("--help");
   EXPECT_EQ(r.status, 0) << r.output;

@@ -3,6 +3,17 @@
 
 #include "commands.hpp"
 #include "shiftstack/error.hpp"
+#include "suggest.hpp"
+
+namespace {
+// Printed under every --help (the README has the same table).
+const char* exit_codes_text =
+    "Exit codes: 0 success; 1 bad input or a failed run (the message says why); 3 unexpected internal failure;\n"
+    "usage errors (from the command-line parser): 104 a value of the wrong type, 105 a value not accepted\n"
+    "(e.g. a file that does not exist), 106 a required argument missing, 107/108 options that need or exclude\n"
+    "others, 109 an argument not expected (unknown command or option), 113 an option not found,\n"
+    "114 the wrong number of values for an option.";
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"shiftstack: shift-and-stack searches for faint moving objects in image stacks",
@@ -10,6 +21,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("shiftstack ") + SHIFTSTACK_VERSION);
   app.require_subcommand(1);
   app.fallthrough();  // --help / --version work after a subcommand's options too
+  app.footer(exit_codes_text);
 
   shiftstack::cli::add_demo_command(app);
   shiftstack::cli::add_bench_command(app);
@@ -18,10 +30,21 @@ int main(int argc, char** argv) {
   shiftstack::cli::add_search_commands(app);
 #endif
 
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    sub->footer(sub->get_footer().empty() ? std::string(exit_codes_text) : sub->get_footer() + "\n\n" + exit_codes_text);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // Usage errors (bad option values included) name the option; exit code 0 for --help.
+    // Usage errors (bad option values included) name the option; exit code 0 for --help. An
+    // unknown command or option gets the closest known name.
+    if (e.get_exit_code() != 0) {
+      const std::string hint = shiftstack::cli::unknown_argument_hint(app, argc, argv);
+      if (!hint.empty()) {
+        std::cerr << "shiftstack: error: " << hint << "\nRun with --help for more information.\n";
+        return e.get_exit_code();
+      }
+    }
     return app.exit(e);
   } catch (const shiftstack::Error& e) {
     std::cerr << "shiftstack: error: " << e.what() << "\n";
