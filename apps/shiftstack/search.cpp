@@ -253,7 +253,7 @@ void add_search_commands(CLI::App& app) {
   // ---- write-kit ----
   auto kit = std::make_shared<KitArgs>();
   CLI::App* write = app.add_subcommand(
-      "write-kit", "Write a benchmark kit (SPEC 3) as FITS files, with a matching search.yaml and truth.json");
+      "write-kit", "Write a benchmark kit (docs/specification.md section 3) as FITS files, with a matching search.yaml and truth.json");
   write->add_option("--workload,-w", kit->workload, "ci, kbmod, dense or deep")
       ->check(CLI::IsMember(workload_names()))
       ->capture_default_str();

@@ -289,7 +289,7 @@ void add_validate_command(CLI::App& app) {
   auto args = std::make_shared<ValidateArgs>();
   CLI::App* cmd = app.add_subcommand(
       "validate",
-      "Sensitivity validation (SPEC 7): SNR retention vs the FP32 exact gather on paired null/injection cubes, "
+      "Sensitivity validation (docs/specification.md section 7): SNR retention vs the FP32 exact gather on paired null/injection cubes, "
       "null variance and excursions near/away from masks, completeness at matched false alarms, the quantization "
       "table; or --fractional-study, or --summarize saved reports");
   cmd->add_option("--engine", args->engines,
@@ -326,7 +326,7 @@ void add_validate_command(CLI::App& app) {
                   "masks alone, not the noise)")
       ->capture_default_str();
   cmd->add_option("--kit-masks", args->kit_masks,
-                  "standard (SPEC 3: holes and a moving bad column), sparse (holes only), or none")
+                  "standard (specification section 3: holes and a moving bad column), sparse (holes only), or none")
       ->capture_default_str();
   cmd->add_option("--first-pair", args->first_pair,
                   "index of the first pair (kit seed = --seed + index): runs over pair ranges merge exactly")
