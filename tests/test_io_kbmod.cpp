@@ -81,6 +81,23 @@ TEST(Kbmod, DataSmallWithTheDemoConfigGivesKbmodsTrajectory) {
   EXPECT_EQ(config.result_filename, "./fake_results/results.ecsv");
 }
 
+TEST(Kbmod, PixelBoundsAreStartingPixelsAsInKbmod) {
+  RunOptions options;
+  options.inputs = data_small();
+  SearchConfig config = load_config(fixture("kbmod/demo_config.yaml"), {"x_pixel_bounds=[10, 12]", "y_pixel_bounds=[26, 28]"});
+  RunOutput run = run_search(config, options);
+  EXPECT_EQ(run.digest.trials, 2 * 2 * std::int64_t(run.bank.size()));
+  ASSERT_EQ(run.detections.size(), 1u);
+  ResultTable t = make_result_table(run, config);
+  EXPECT_EQ(column(t, "x").integers[0], 11);
+  EXPECT_EQ(column(t, "y").integers[0], 27);
+  // Bounds that leave out the starting pixel leave out the object, whatever its later path.
+  config = load_config(fixture("kbmod/demo_config.yaml"), {"x_pixel_bounds=[0, 10]"});
+  run = run_search(config, options);
+  t = make_result_table(run, config);
+  for (std::int64_t x : column(t, "x").integers) EXPECT_LT(x, 10);
+}
+
 TEST(Kbmod, KbmodsDefaultConfigDumpRunsUnchanged) {
   // All 45 keys at KBMOD's defaults: an ecliptic search of 257 x 129 velocities whose ecliptic
   // direction comes from the WCS. At 92-526 px/day nothing stays in a 64-pixel image for ten
@@ -291,6 +308,13 @@ TEST(Kbmod, EbdWorkUnitSkyPositionsGoThroughTheOriginalImages) {
     ++compared;
   }
   EXPECT_EQ(compared, 12);
+  // A whole run records the frame in the table.
+  RunOptions options;
+  options.inputs = {path};
+  const RunOutput run = run_search(parse_config(embedded_config_layers({path}, warnings), {"num_obs=3"}), options);
+  const ResultTable t = make_result_table(run, config);
+  EXPECT_EQ(t.meta["reprojection_frame"], "ebd");
+  EXPECT_EQ(t.meta["barycentric_distance"], 40.0);
 }
 
 // ---- files holding one image ----------------------------------------------------------------

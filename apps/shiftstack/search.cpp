@@ -1,6 +1,9 @@
 // `shiftstack search`, `shiftstack dump-config` and `shiftstack write-kit`: the real-data
 // pipeline (src/io) behind a thin command line.
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -38,36 +41,75 @@ struct SearchArgs {
   bool json = false, quiet = false, no_fits = false, no_stamps = false, unclustered = false;
 };
 
-// On a terminal: the running stage with its fraction done, rate and time left, on one line.
+// On a terminal: the running stage with its fraction done, rate and time left, on one line,
+// redrawn twice a second so that a stage whose engine reports nothing still shows its time.
 class StageMeter {
  public:
-  explicit StageMeter(Progress& line) : line_(line) {}
+  explicit StageMeter(Progress& line) : line_(line), ticker_([this] { tick(); }) {}
+  ~StageMeter() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    ticker_.join();
+  }
+  StageMeter(const StageMeter&) = delete;
+  StageMeter& operator=(const StageMeter&) = delete;
+
   void update(const std::string& stage, double done, double total) {
-    const auto now = std::chrono::steady_clock::now();
-    if (stage != stage_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stage != stage_ || !active_) {
       stage_ = stage;
-      start_ = now;
+      start_ = std::chrono::steady_clock::now();
     }
-    const double elapsed = std::chrono::duration<double>(now - start_).count();
-    char text[160];
-    const double fraction = total > 0 ? done / total : 0;
-    if (stage == "read") {
-      std::snprintf(text, sizeof text, "shiftstack: read      %.0f of %.0f files", done, total);
-    } else if (elapsed > 0 && done > 0) {
-      const double rate = done / elapsed, left = (total - done) / rate;
-      std::snprintf(text, sizeof text, "shiftstack: %-9s %5.1f%%  %.3g trials/s  %.0f s left", stage.c_str(),
-                    100 * fraction, rate, left);
-    } else {
-      std::snprintf(text, sizeof text, "shiftstack: %-9s %5.1f%%", stage.c_str(), 100 * fraction);
-    }
-    line_.show(text);
-    if (done >= total) line_.clear();
+    active_ = done < total;
+    done_ = done;
+    total_ = total;
+    draw();
+  }
+  // A stage ended (its summary line follows).
+  void finish() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_ = false;
+    line_.clear();
   }
 
  private:
+  void draw() {
+    if (!active_) {
+      line_.clear();
+      return;
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    char text[160];
+    if (stage_ == "read") {
+      std::snprintf(text, sizeof text, "shiftstack: read      %.0f of %.0f files", done_, total_);
+    } else if (elapsed > 0 && done_ > 0) {
+      const double rate = done_ / elapsed, left = (total_ - done_) / rate;
+      std::snprintf(text, sizeof text, "shiftstack: %-9s %5.1f%%  %.3g trials/s  %.0f s left", stage_.c_str(),
+                    100 * done_ / total_, rate, left);
+    } else {
+      std::snprintf(text, sizeof text, "shiftstack: %-9s running, %.0f s", stage_.c_str(), elapsed);
+    }
+    line_.show(text);
+  }
+  void tick() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(500));
+      if (active_ && !stopping_) draw();
+    }
+  }
+
   Progress& line_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool active_ = false, stopping_ = false;
   std::string stage_;
+  double done_ = 0, total_ = 0;
   std::chrono::steady_clock::time_point start_;
+  std::thread ticker_;  // last: starts after the members it reads
 };
 
 void run_search_command(const SearchArgs& a) {
@@ -90,7 +132,7 @@ void run_search_command(const SearchArgs& a) {
   StageMeter meter(line);
   if (!a.quiet) {
     options.progress = [&](const io::StageTime& s) {
-      line.clear();
+      meter.finish();
       print_stage(s);
     };
     options.stage_progress = [&](const std::string& stage, double done, double total) { meter.update(stage, done, total); };
@@ -115,7 +157,7 @@ void run_search_command(const SearchArgs& a) {
   io::RunOutput run = io::run_search(config, options);
   run.warnings.insert(run.warnings.begin(), early_warnings.begin(), early_warnings.end());
   io::write_outputs(run, config, paths, options.progress);
-  line.clear();
+  meter.finish();
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!a.quiet) {
     for (const auto& w : run.warnings) std::fprintf(stderr, "shiftstack: warning: %s\n", w.c_str());

@@ -178,6 +178,8 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
   clip(config.x_bounds, encoded->width, "x_pixel_bounds", region.x0, region.width);
   clip(config.y_bounds, encoded->height, "y_pixel_bounds", region.y0, region.height);
   const SearchInput probe{encoded.get(), &bank, resolve(region, encoded->width, encoded->height), policy};
+  // The stage has begun (engines that report progress say more as they go).
+  if (progress) progress(0, probe.region.count() * std::int64_t(bank.size()));
   auto engine = choose_engine(requested.empty() ? config.engine : requested, config.cpu_only, probe);
   std::string note;
 #ifdef SHIFTSTACK_HAVE_CUDA
