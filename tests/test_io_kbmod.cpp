@@ -470,6 +470,18 @@ TEST(Kbmod, EnginesReportProgressUpToTheWholeScan) {
   }
 }
 
+TEST(Kbmod, TimeoutHoursStopsBetweenStages) {
+  RunOptions options;
+  options.inputs = data_small();
+  const SearchConfig config = load_config(fixture("kbmod/demo_config.yaml"), {"timeout_hours=1e-12"});
+  try {
+    run_search(config, options);
+    ADD_FAILURE() << "expected the run to stop";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("timeout_hours"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Kbmod, OutputExtensionsAreChecked) {
   try {
     OutputPaths::from("results.csv");

@@ -302,9 +302,11 @@ RawExposure read_rubin(FitsFile& file, const Header& primary, const ReadOptions&
     science_hdu = file.current_hdu();
     if (file.move_to_name(o.variance_hdu)) variance_hdu = file.current_hdu();
     if (file.move_to_name(o.mask_hdu)) mask_hdu = file.current_hdu();
+    if (!variance_hdu && o.single_image_variance) return read_single(file, primary, science_hdu, o);
     if (!variance_hdu)
       throw Error(path + ": has a " + o.science_hdu + " HDU but no HDU named " + o.variance_hdu +
-                  " (config variance_hdu); a search needs the noise of every pixel");
+                  " (config variance_hdu); a search needs the noise of every pixel: name the plane with "
+                  "variance_hdu, or set single_image_variance (estimate or a value)");
     names = o.science_hdu + "," + (mask_hdu ? o.mask_hdu : std::string("(no mask)")) + "," + o.variance_hdu;
   } else {
     // Positional: HDUs 1, 2, 3 are science, mask, variance, but only when they are unnamed;

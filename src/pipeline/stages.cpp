@@ -248,16 +248,20 @@ ThinStage thin_stage(std::vector<Candidate> candidates, const LikelihoodMaps& ma
   };
   std::vector<double> key(candidates.size());
   for (std::size_t i = 0; i < candidates.size(); ++i) key[i] = candidates[i].Z;
-  if (config.gpu_filter && config.filter.sigma_g) {
-    // KBMOD's in-search filter: trials with too few samples never enter its per-pixel lists,
-    // and the rest are ranked, and cut, by their clipped likelihood.
+  {
+    // Trials with fewer samples than num_obs cannot pass the filter; KBMOD's search never lets
+    // them into its per-pixel lists either.
     std::vector<std::size_t> keep;
     for (std::size_t i = 0; i < candidates.size(); ++i)
       if (candidates[i].obs_count >= num_obs) keep.push_back(i);
     out.too_few_observations = std::int64_t(candidates.size() - keep.size());
     keep_only(keep, key);
+    if (out.too_few_observations) steps.push_back(std::to_string(out.too_few_observations) + " with fewer than num_obs samples");
+  }
+  if (config.gpu_filter && config.filter.sigma_g) {
+    // KBMOD's in-search filter: the crossings are ranked, and cut, by their clipped likelihood.
     const std::vector<LightCurve> curves = sample_curves(candidates, maps, bank);
-    keep.clear();
+    std::vector<std::size_t> keep;
     const auto& o = config.filter.sigma_g_options;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       key[i] = prefilter_likelihood(curves[i], o.low_percentile, o.high_percentile);
@@ -265,8 +269,7 @@ ThinStage thin_stage(std::vector<Candidate> candidates, const LikelihoodMaps& ma
     }
     out.below_prefilter = std::int64_t(candidates.size() - keep.size());
     keep_only(keep, key);
-    steps.push_back(std::to_string(out.too_few_observations) + " with fewer than num_obs samples and " +
-                    std::to_string(out.below_prefilter) + " below lh_level after the gpu_filter prefilter");
+    steps.push_back(std::to_string(out.below_prefilter) + " below lh_level after the gpu_filter prefilter");
   }
   if (config.results_per_pixel) {
     const std::size_t before = candidates.size();

@@ -64,11 +64,11 @@ struct SearchStage {
 SearchStage search_stage(const SearchConfig& config, const std::string& requested, std::unique_ptr<EncodedStack> encoded,
                          const MotionBank& bank, bool cube_on_gpu, const ProgressCallback& progress = {});
 
-// thin: KBMOD's steps between its search and its light-curve filter, in KBMOD's order: the
-// gpu_filter prefilter (trials with fewer than num_obs samples, or whose clipped likelihood
-// misses lh_level, leave; the rest are ranked by it), the best results_per_pixel per starting
-// pixel, then the near-duplicate grid (near_dup_thresh). Ranking: the prefilter likelihood with
-// gpu_filter, else the search score.
+// thin: KBMOD's steps between its search and its light-curve filter, in KBMOD's order: trials
+// with fewer than num_obs samples leave; the gpu_filter prefilter (those whose clipped
+// likelihood misses lh_level leave, the rest are ranked by it); the best results_per_pixel per
+// starting pixel; the near-duplicate grid (near_dup_thresh). Ranking: the prefilter likelihood
+// with gpu_filter, else the search score.
 struct ThinStage {
   std::vector<Candidate> candidates;
   std::int64_t input = 0, too_few_observations = 0, below_prefilter = 0, per_pixel = 0, near_duplicates = 0;
