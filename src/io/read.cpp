@@ -289,7 +289,7 @@ void set_psf(RawExposure& raw, std::optional<Image<float>> kernel, const std::st
 
 std::string extname_of(const Header& h) { return h.text("EXTNAME").value_or(""); }
 
-int single_image_hdu(FitsFile& file);
+using detail::single_image_hdu;
 RawExposure read_single(FitsFile& file, const Header& primary, int hdu, const ReadOptions& o);
 
 // Rubin/KBMOD layout: one exposure per file.
@@ -455,23 +455,6 @@ std::vector<RawExposure> read_workunit(FitsFile& file, const Header& primary, co
   return out;
 }
 
-// The HDU number (1-based) of a file's only 2-D image, or 0 when it has none or several.
-int single_image_hdu(FitsFile& file) {
-  int found = 0;
-  const int hdus = file.hdu_count();
-  for (int h = 1; h <= hdus; ++h) {
-    file.move_to(h);
-    int type = 0, status = 0;
-    fits_get_hdu_type(file.get(), &type, &status);
-    if (status || type != IMAGE_HDU) continue;
-    const detail::ImageShape shape = detail::image_shape(file);
-    if (shape.naxis < 2 || shape.width < 2 || shape.height < 2) continue;
-    if (found) return 0;
-    found = h;
-  }
-  return found;
-}
-
 // A file holding one image and no noise plane: a constant variance, estimated or given.
 RawExposure read_single(FitsFile& file, const Header& primary, int hdu, const ReadOptions& o) {
   const std::string& path = file.path();
@@ -483,45 +466,9 @@ RawExposure read_single(FitsFile& file, const Header& primary, int hdu, const Re
   file.move_to(hdu);
   const Header header = Header::read(file);
   Image<float> science = detail::read_float_image(file, header, "image");
-  double variance = o.single_image_variance->value;
-  std::string description;
   std::vector<std::string> warnings;
-  if (o.single_image_variance->estimate) {
-    std::vector<float> finite;
-    finite.reserve(science.size());
-    for (float v : science.pixels)
-      if (std::isfinite(v)) finite.push_back(v);
-    if (finite.size() < 16) throw Error(path + ": too few finite pixels to estimate the noise of a single image");
-    auto median_of = [](std::vector<float>& v) {
-      const std::size_t mid = v.size() / 2;
-      std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(mid), v.end());
-      return double(v[mid]);
-    };
-    std::vector<float> values = finite;
-    const double median = median_of(values);
-    for (float& v : finite) v = float(std::abs(v - median));
-    // 1.4826 MAD is the standard deviation of Gaussian noise, robust to sources and outliers.
-    const double sigma = 1.4826 * median_of(finite);
-    if (!(sigma > 0)) throw Error(path + ": the image's median absolute deviation is 0; its noise cannot be estimated");
-    variance = sigma * sigma;
-    std::ostringstream d;
-    d.precision(6);
-    d << "estimated (1.4826 MAD)^2 = " << variance;
-    description = d.str();
-    // The statistic assumes background-subtracted images; a large median says this one is not.
-    constexpr double background_sigmas = 3;
-    if (std::abs(median) > background_sigmas * sigma) {
-      std::ostringstream w;
-      w.precision(4);
-      w << path << ": the image's median is " << median << ", " << std::abs(median) / sigma
-        << " times its noise: the search assumes background-subtracted (difference) images";
-      warnings.push_back(w.str());
-    }
-  } else {
-    std::ostringstream d;
-    d << "given (single_image_variance) = " << variance;
-    description = d.str();
-  }
+  std::string description;
+  const double variance = detail::single_image_noise(science, *o.single_image_variance, path, description, warnings);
   Image<float> variance_plane(science.width, science.height, float(variance));
   RawExposure raw = assemble(path, std::move(science), std::move(variance_plane), nullptr, 0, 0, 0, o);
   raw.info.file = path;
