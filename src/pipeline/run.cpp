@@ -30,10 +30,12 @@ double seconds_since(Clock::time_point start) {
 struct StageRecorder {
   RunOutput& out;
   const std::function<void(const StageTime&)>& progress;
+  const std::atomic<bool>* stop = nullptr;
   void record(const std::string& name, Clock::time_point start, const std::string& detail) {
     StageTime s{name, seconds_since(start), detail};
     out.stages.push_back(s);
     if (progress) progress(s);
+    if (stop && stop->load()) throw Cancelled("run stopped on request after the " + name + " stage");
   }
 };
 
@@ -110,9 +112,11 @@ bool gpu_likelihood(const SearchConfig& config) {
 constexpr std::size_t light_curve_batch = 1 << 16;
 
 void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOptions& options,
-                     std::future<void>* device_warm_up = nullptr) {
-  StageRecorder stage{out, options.progress};
-  const ExposureStack& stack = out.loaded.stack;
+                     std::future<void>* device_warm_up = nullptr, const SharedInputs* shared = nullptr) {
+  StageRecorder stage{out, options.progress, options.stop};
+  const ExposureStack& stack = shared ? shared->loaded->stack : out.loaded.stack;
+  // The host's maps and cube, when it keeps them (SharedInputs); checked against this run.
+  const bool reuse = shared && shared->likelihood && shared->encoded && config.likelihood_device != "gpu";
   const int E = stack.size(), W = stack.width(), H = stack.height();
 
   // ---- motion bank ----
@@ -164,7 +168,7 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
   std::string likelihood_detail = "psi/phi for " + std::to_string(E) + " exposures";
 #ifdef SHIFTSTACK_HAVE_CUDA
   std::unique_ptr<cuda::DeviceLikelihood> device_likelihood;
-  if (gpu_likelihood(config)) {
+  if (!reuse && gpu_likelihood(config)) {
     try {
       // run_search() validated the stack already (read_exposures, or the in-memory entry).
       device_likelihood = std::make_unique<cuda::DeviceLikelihood>(stack, true);
@@ -179,7 +183,14 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
   gpu_likelihood(config);  // throws for likelihood_device gpu
   const bool on_gpu = false;
 #endif
-  if (!on_gpu) likelihood = compute_likelihood(stack, bank.mode == ShiftMode::fractional);
+  if (reuse) {
+    require(shared->likelihood->exposures == E && (bank.mode == ShiftMode::integer || shared->likelihood->has_covariances()),
+            "run_search: the shared likelihood maps do not match this run");
+    likelihood_detail += " (kept from an earlier run)";
+  } else if (!on_gpu) {
+    likelihood = compute_likelihood(stack, bank.mode == ShiftMode::fractional);
+  }
+  const LikelihoodStack& maps = reuse ? *shared->likelihood : likelihood;
   out.likelihood_device = on_gpu ? "gpu" : "cpu";
   stage.record("likelihood", start, likelihood_detail);
 
@@ -189,10 +200,15 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
 #ifdef SHIFTSTACK_HAVE_CUDA
   if (on_gpu) encoded = std::make_unique<EncodedStack>(device_likelihood->encode(out.encoding));
 #endif
-  if (!on_gpu) encoded = std::make_unique<EncodedStack>(encode(likelihood, out.encoding));
-  stage.record("encode", start, to_string(out.encoding) + ", " + format("%.3g GB", double(encoded->plane_size()) * E *
-                                                                                   double(encoded->bytes_per_pair()) / 1e9) +
-                                    (on_gpu ? " on the GPU" : ""));
+  if (reuse)
+    require(shared->encoded->encoding == out.encoding && shared->encoded->exposures == E,
+            "run_search: the shared encoded cube does not match this run's encoding");
+  else if (!on_gpu)
+    encoded = std::make_unique<EncodedStack>(encode(likelihood, out.encoding));
+  const EncodedStack& cube = reuse ? *shared->encoded : *encoded;
+  stage.record("encode", start, to_string(out.encoding) + ", " + format("%.3g GB", double(cube.plane_size()) * E *
+                                                                                   double(cube.bytes_per_pair()) / 1e9) +
+                                    (on_gpu ? " on the GPU" : reuse ? " (kept from an earlier run)" : ""));
 
   // ---- search ----
   start = Clock::now();
@@ -200,6 +216,7 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
   policy.collect_candidates = true;
   policy.candidate_threshold = config.filter.lh_level;
   policy.max_candidates = config.max_candidates;
+  policy.stop = options.stop;
   Region region;
   if (config.x_bounds) {
     region.x0 = (*config.x_bounds)[0];
@@ -209,7 +226,7 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
     region.y0 = (*config.y_bounds)[0];
     region.height = (*config.y_bounds)[1] - (*config.y_bounds)[0];
   }
-  const SearchInput probe{encoded.get(), &bank, resolve(region, W, H), policy};
+  const SearchInput probe{&cube, &bank, resolve(region, W, H), policy};
   auto engine = choose_engine(options.engine.empty() ? config.engine : options.engine, config.cpu_only, probe);
   std::string search_note;
 #ifdef SHIFTSTACK_HAVE_CUDA
@@ -219,7 +236,7 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
     search_note = " (cube fetched from the GPU)";
   }
 #endif
-  SearchResult result = search(*engine, *encoded, bank, policy, region);
+  SearchResult result = search(*engine, cube, bank, policy, region);
   encoded.reset();
 #ifdef SHIFTSTACK_HAVE_CUDA
   if (on_gpu) cuda::release_device_cube();
@@ -239,7 +256,7 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
   start = Clock::now();
   std::vector<Detection> detections;
   if (!on_gpu) {
-    detections = filter_candidates(result.candidates, likelihood, bank, config.filter, &out.filter);
+    detections = filter_candidates(result.candidates, maps, bank, config.filter, &out.filter);
   } else {
 #ifdef SHIFTSTACK_HAVE_CUDA
     // Batches of candidates keep the sampled curves small whatever the number of crossings.
@@ -356,6 +373,24 @@ RunOutput run_search(const SearchConfig& config, const RunOptions& options) {
   }
   out.warnings = out.loaded.warnings;
   run_from_loaded(config, out, options, &device_warm_up);
+  return out;
+}
+
+RunOutput run_search(const SearchConfig& config, const SharedInputs& inputs, const RunOptions& options) {
+  require(inputs.loaded != nullptr, "run_search: no exposures");
+  const LoadedStack& loaded = *inputs.loaded;
+  const std::size_t E = loaded.stack.exposures.size();
+  require(E > 0 && loaded.curve_x.size() == E && loaded.curve_y.size() == E && loaded.wcs.size() == E &&
+              loaded.info.size() == E,
+          "run_search: per-exposure metadata does not match the shared stack");
+  RunOutput out;
+  out.loaded.curve_x = loaded.curve_x;
+  out.loaded.curve_y = loaded.curve_y;
+  out.loaded.info = loaded.info;
+  out.loaded.wcs = loaded.wcs;
+  out.loaded.warnings = loaded.warnings;
+  out.warnings = loaded.warnings;
+  run_from_loaded(config, out, options, nullptr, &inputs);
   return out;
 }
 
