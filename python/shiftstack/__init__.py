@@ -76,13 +76,14 @@ def search(stack, config=None, *, engine=None, encoding=None, progress=None, can
 
 
 def scan(stack, bank=None, config=None, *, engine=None, encoding="fp32", region=None, alpha=0.05,
-         candidate_threshold=None, top_k=0, cancel=None):
+         candidate_threshold=None, top_k=0, max_candidates=None, cancel=None):
     """One engine over every trial of the bank: the digest (SPEC 4) and optionally the trials.
 
     bank: a Bank, or None for the bank `config` describes for this stack. engine: a name from
     shiftstack.engines() (default: the fastest available). region: (x0, y0, width, height) of the
     origins (default: the whole image). candidate_threshold: also return every trial with Z above
-    it; top_k: the best k trials per origin. This is what `shiftstack bench` times.
+    it (more than max_candidates of them is an error, never a truncation); top_k: the best k
+    trials per origin. This is what `shiftstack bench` times.
     """
     if not isinstance(stack, Stack):
         raise TypeError(f"stack: expected a shiftstack.Stack, got {type(stack).__name__}")
@@ -92,7 +93,7 @@ def scan(stack, bank=None, config=None, *, engine=None, encoding="fp32", region=
         engine = best_engine()
     x0, y0, width, height = region if region is not None else (0, 0, 0, 0)
     return ScanResult(_core._scan(stack, bank, engine, encoding, [int(x0), int(y0), int(width), int(height)],
-                                  float(alpha), candidate_threshold, int(top_k), cancel))
+                                  float(alpha), candidate_threshold, int(top_k), max_candidates, cancel))
 
 
 def read_fits(inputs, config=None, **keys):

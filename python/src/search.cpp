@@ -343,11 +343,13 @@ t_ref defaults to the middle of the epoch span; curve is (exposures, 2) offsets 
 
   m.def("_scan", [](const std::shared_ptr<Stack>& stack, const MotionBank& bank, const std::string& engine_name,
                     const std::string& encoding_name, const std::array<int, 4>& region, double alpha,
-                    const std::optional<double>& candidate_threshold, int top_k, const CancelToken* cancel) {
+                    const std::optional<double>& candidate_threshold, int top_k,
+                    const std::optional<std::int64_t>& max_candidates, const CancelToken* cancel) {
         const Encoding encoding = parse_encoding(encoding_name);
         OutputPolicy policy;
         policy.alpha = alpha;
         policy.top_k = top_k;
+        if (max_candidates) policy.max_candidates = *max_candidates;
         if (candidate_threshold) {
           policy.collect_candidates = true;
           policy.candidate_threshold = *candidate_threshold;
@@ -377,7 +379,8 @@ t_ref defaults to the middle of the epoch span; curve is (exposures, 2) offsets 
         }
         return out;
       }, py::arg("stack"), py::arg("bank"), py::arg("engine"), py::arg("encoding"), py::arg("region"),
-      py::arg("alpha"), py::arg("candidate_threshold"), py::arg("top_k"), py::arg("cancel") = nullptr);
+      py::arg("alpha"), py::arg("candidate_threshold"), py::arg("top_k"), py::arg("max_candidates"),
+      py::arg("cancel") = nullptr);
 
   m.def("_release_engines", [] { pool().clear(); }, "Drop the engines kept between scans.");
 }

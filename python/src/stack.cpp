@@ -264,7 +264,8 @@ KitOptions kit_options(const std::string& name, std::uint64_t seed, const std::s
     else if (k == "inject") o.inject = value.cast<bool>();
     else if (k == "noise") o.noise = value.cast<bool>();
     else if (k == "masks") o.masked_holes = o.bad_column = value.cast<bool>();
-    else throw py::value_error("kit: unknown option '" + k + "' (exposures, width, height, vx, vy, snr, inject, noise, masks)");
+    else if (k == "curve") o.common_curve = value.cast<bool>();
+    else throw py::value_error("kit: unknown option '" + k + "' (exposures, width, height, vx, vy, snr, inject, noise, masks, curve)");
   }
   if (overrides.size()) o.name = "custom";
   return o;
@@ -405,6 +406,12 @@ first search are kept for later ones (clear_cache() frees them).)")
            }, py::arg("exposure"), "Read-only view (nonzero = masked), or None when nothing is masked.")
       .def("psf", [](const std::shared_ptr<Stack>& s, int e) { return plane_view(s, exposure_at(*s, e).psf); },
            py::arg("exposure"))
+      .def("write_workunit", [](const Stack& s, const std::string& path, bool compress) {
+             py::gil_scoped_release released;
+             io::write_workunit_fits(path, s.exposures(), compress);
+           }, py::arg("path"), py::arg("compress") = false,
+           "Write the exposures as one KBMOD WorkUnit file (SCI_i, VAR_i, MSK_i, PSF_i; atomically). "
+           "Common-curve offsets and WCS are not part of that format.")
       .def("clear_cache", &Stack::clear_cache, "Free the likelihood maps and encoded cubes kept for later searches.")
       .def_property_readonly("cached_bytes", &Stack::cached_bytes)
       .def("__repr__", [](const Stack& s) {
@@ -468,7 +475,7 @@ first search are kept for later ones (clear_cache() frees them).)")
         return Kit{std::make_shared<Stack>(std::move(loaded)), std::move(made.bank), made.truth, options};
       }, py::arg("workload") = "ci", py::arg("seed") = 1, py::arg("shifts") = "integer",
       "A synthetic stack of a named workload (ci, kbmod, dense, deep) with one injected source; keyword "
-      "options exposures, width, height, vx, vy, snr, inject, noise, masks change its shape or features.");
+      "options exposures, width, height, vx, vy, snr, inject, noise, masks, curve change its shape or features.");
   m.def("workloads", [] { return workload_names(); });
 }
 

@@ -39,9 +39,14 @@ def kit_folder(cli, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def workunit_file(cli, tmp_path_factory):
-    """The ci kit as one KBMOD WorkUnit file."""
-    folder = tmp_path_factory.mktemp("workunit")
-    subprocess.run([cli, "write-kit", "--workload", "ci", "--workunit", "--out", str(folder)], check=True,
-                   capture_output=True)
-    return folder / "workunit.fits"
+def straight_kit():
+    """The ci kit without its common curve: a WorkUnit cannot carry one."""
+    return shiftstack.kit("ci", seed=2, curve=False)
+
+
+@pytest.fixture(scope="session")
+def workunit_file(straight_kit, tmp_path_factory):
+    """That kit as one KBMOD WorkUnit file."""
+    path = tmp_path_factory.mktemp("workunit") / "workunit.fits"
+    straight_kit.stack.write_workunit(str(path))
+    return path

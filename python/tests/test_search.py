@@ -186,6 +186,8 @@ def test_scan_region_candidates_and_top_k(ci_kit):
     np.testing.assert_array_equal(full.candidates["x"], ref.candidates["x"])
     np.testing.assert_allclose(full.candidates["Z"], ref.candidates["Z"], atol=1e-4)
     assert full.top_k["Z"].shape == (128 * 128, 2)
+    with pytest.raises(shiftstack.Error, match="exceeds max_candidates"):
+        shiftstack.scan(ci_kit.stack, ci_kit.bank, engine="cpu", candidate_threshold=0, max_candidates=100)
     part = shiftstack.scan(ci_kit.stack, ci_kit.bank, engine="cpu", region=(80, 80, 20, 16))
     assert part.digest["trials"] == 20 * 16 * len(ci_kit.bank)
     assert part.digest["argmax"]["x"] == ci_kit.truth["x"]
