@@ -11,6 +11,26 @@ the core arrive as shiftstack.Error with the core's message; bad arrays raise Va
 """
 
 from . import _shiftstack as _core
+
+
+def _check_numpy_abi():
+    """pybind11 before 2.12 reads numpy 1's array structures: refuse numpy 2 rather than
+    misread arrays (the version comes from package metadata, so numpy is not imported here)."""
+    if tuple(_core._pybind11_version) >= (2, 12, 0):
+        return
+    try:
+        from importlib.metadata import version
+
+        major = int(version("numpy").split(".")[0])
+    except Exception:  # no metadata: numpy's own import decides later
+        return
+    if major >= 2:
+        built = ".".join(map(str, _core._pybind11_version))
+        raise ImportError(f"shiftstack was built with pybind11 {built}, which does not support numpy {version('numpy')}: "
+                          "rebuild against pybind11 >= 2.12, or use numpy 1.x")
+
+
+_check_numpy_abi()
 from ._shiftstack import (
     Bank,
     CancelToken,

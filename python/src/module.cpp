@@ -7,6 +7,7 @@ PYBIND11_MODULE(_shiftstack, m) {
   using namespace shiftstack::python;
   m.doc() = "shiftstack's C++ core: stacks, configs, searches, digests (use the package `shiftstack`).";
   m.attr("__version__") = SHIFTSTACK_VERSION;
+  m.attr("_pybind11_version") = py::make_tuple(PYBIND11_VERSION_MAJOR, PYBIND11_VERSION_MINOR, PYBIND11_VERSION_PATCH);
   // The library's errors keep their messages; a stopped search is a Cancelled error. Translators
   // are tried newest first, so Cancelled is caught before its base class.
   py::register_exception<shiftstack::Error>(m, "Error", PyExc_RuntimeError);
