@@ -24,13 +24,13 @@ import numpy as np
 import shiftstack
 
 
-def wall(command, repeats, env=None):
+def wall(command, repeats, env=None, pick=statistics.median):
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         subprocess.run(command, check=True, capture_output=True, env=env)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return pick(times)
 
 
 def import_times(repeats):
@@ -38,11 +38,15 @@ def import_times(repeats):
     array first crosses the boundary, so `import shiftstack` alone does not load it)."""
     python = sys.executable
     env = dict(os.environ)
-    base = wall([python, "-c", "pass"], repeats, env)
-    numpy_only = wall([python, "-c", "import numpy"], repeats, env)
-    ours = wall([python, "-c", "import shiftstack"], repeats, env)
-    both = wall([python, "-c", "import numpy, shiftstack"], repeats, env)
-    table = wall([python, "-c", "import shiftstack, astropy.table"], repeats, env)
+
+    def fastest(code):  # the minimum: other work on the machine only ever adds time
+        return wall([python, "-c", code], repeats, env, pick=min)
+
+    base = fastest("pass")
+    numpy_only = fastest("import numpy")
+    ours = fastest("import shiftstack")
+    both = fastest("import numpy, shiftstack")
+    table = fastest("import shiftstack, astropy.table")
     return {"interpreter_s": base, "numpy_s": numpy_only - base, "shiftstack_s": ours - base,
             "shiftstack_after_numpy_s": both - numpy_only, "shiftstack_and_astropy_table_s": table - base}
 
@@ -90,29 +94,35 @@ def search_comparison(cli, workload, repeats, engine):
         yaml = os.path.join(kit_dir, "search.yaml")
         out = os.path.join(folder, "out", "r.ecsv")
         os.makedirs(os.path.dirname(out))
-        cli_s = wall([cli, "search", "--quiet", "--no-fits", "--no-stamps", "--engine", engine, "--set",
-                      "likelihood_device=cpu", "--config", yaml, kit_dir, "-o", out], repeats)
-        first, again, read_s = [], [], []
+        command = [cli, "search", "--quiet", "--no-fits", "--no-stamps", "--engine", engine, "--set",
+                   "likelihood_device=cpu", "--config", yaml, kit_dir, "-o", out]
+        cli_s, cli_scan, first, again, read_s, python_scan = [], [], [], [], [], []
         digests = set()
-        for _ in range(repeats):
+        for _ in range(repeats):  # alternating, so that load on the machine hits both alike
+            start = time.perf_counter()
+            subprocess.run(command, check=True, capture_output=True)
+            cli_s.append(time.perf_counter() - start)
+            with open(out.replace(".ecsv", ".summary.json")) as f:
+                summary = json.load(f)
+            cli_scan.append(next(s["seconds"] for s in summary["stages"] if s["stage"] == "search"))
+            digests.add(json.dumps(summary["digest"], sort_keys=True))
             config = shiftstack.Config.load(yaml).replace(likelihood_device="cpu")
             start = time.perf_counter()
             stack = shiftstack.read_fits(kit_dir, config)
             read_s.append(time.perf_counter() - start)
             r1 = shiftstack.search(stack, config, engine=engine)
             first.append(time.perf_counter() - start)
+            python_scan.append(next(s[1] for s in r1.stages if s[0] == "search"))
             start = time.perf_counter()
             r2 = shiftstack.search(stack, config, engine=engine)
             again.append(time.perf_counter() - start)
             digests.add(json.dumps(r1.digest, sort_keys=True))
             digests.add(json.dumps(r2.digest, sort_keys=True))
-        with open(out.replace(".ecsv", ".summary.json")) as f:
-            cli_digest = json.dumps(json.load(f)["digest"], sort_keys=True)
-        stages = {s[0]: s[1] for s in r1.stages}
-        return {"workload": workload, "engine": engine, "repeats": repeats, "cli_search_s": cli_s,
-                "python_read_s": statistics.median(read_s), "python_read_and_search_s": statistics.median(first),
-                "python_search_again_s": statistics.median(again), "engine_scan_s": stages["search"],
-                "same_digest_as_cli": digests == {cli_digest}}
+        med = statistics.median
+        return {"workload": workload, "engine": engine, "repeats": repeats, "cli_search_s": med(cli_s),
+                "cli_scan_stage_s": med(cli_scan), "python_read_s": med(read_s),
+                "python_read_and_search_s": med(first), "python_scan_stage_s": med(python_scan),
+                "python_search_again_s": med(again), "same_digest_as_cli": len(digests) == 1}
 
 
 def main():
@@ -125,7 +135,7 @@ def main():
     args = parser.parse_args()
     record = {"machine": shiftstack.machine(), "threads": shiftstack.threads(), "version": shiftstack.__version__,
               "python": sys.version.split()[0], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "import": import_times(max(args.repeats, 10)), "calls": call_overheads(200),
+              "import": import_times(30), "calls": call_overheads(200),
               "search": search_comparison(args.cli, args.workload, args.repeats, args.engine)}
     print(json.dumps(record, indent=2))
     if args.json:

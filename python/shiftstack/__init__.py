@@ -15,19 +15,26 @@ from . import _shiftstack as _core
 
 def _check_numpy_abi():
     """pybind11 before 2.12 reads numpy 1's array structures: refuse numpy 2 rather than
-    misread arrays (the version comes from package metadata, so numpy is not imported here)."""
+    misread arrays. numpy's version is read from its version.py, without importing numpy (or
+    importlib.metadata), to keep `import shiftstack` fast."""
     if tuple(_core._pybind11_version) >= (2, 12, 0):
         return
-    try:
-        from importlib.metadata import version
+    import importlib.util
+    import os
+    import re
 
-        major = int(version("numpy").split(".")[0])
-    except Exception:  # no metadata: numpy's own import decides later
+    spec = importlib.util.find_spec("numpy")
+    if spec is None or not spec.origin:
         return
-    if major >= 2:
+    try:
+        with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as f:
+            found = re.search(r"^(?:full_)?version(?:: str)? = ['\"](\d+)\.", f.read(), re.M)
+    except OSError:
+        return
+    if found and int(found[1]) >= 2:
         built = ".".join(map(str, _core._pybind11_version))
-        raise ImportError(f"shiftstack was built with pybind11 {built}, which does not support numpy {version('numpy')}: "
-                          "rebuild against pybind11 >= 2.12, or use numpy 1.x")
+        raise ImportError(f"shiftstack was built with pybind11 {built}, which does not support numpy 2 "
+                          f"(found in {os.path.dirname(spec.origin)}): rebuild against pybind11 >= 2.12, or use numpy 1.x")
 
 
 _check_numpy_abi()
