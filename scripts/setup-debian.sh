@@ -7,7 +7,9 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libcli11-dev libboost-math-dev nlohmann-json3-dev
   libcfitsio-dev wcslib-dev libyaml-cpp-dev
-  python3-astropy python3-numpy
+  # the Python module and its tests (`pip install .` builds through python3-skbuild)
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-astropy python3-matplotlib
+  python3-skbuild python3-pip python3-venv
 )
 missing=()
 for p in "${packages[@]}"; do

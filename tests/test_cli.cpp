@@ -3,6 +3,7 @@
 // and `bench --json` records.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -38,8 +39,13 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// A folder of this test process's own, so that runs side by side (ctest -j, several checkouts)
+// never see each other's files.
 std::filesystem::path temp_path(const std::string& name) {
-  return std::filesystem::path(::testing::TempDir()) / ("shiftstack_cli_" + name);
+  const std::filesystem::path folder =
+      std::filesystem::path(::testing::TempDir()) / ("shiftstack_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(folder);
+  return folder / name;
 }
 
 TEST(Cli, VersionPrintsTheProjectVersion) {

@@ -2,6 +2,7 @@
 // -> filtering -> clustering -> stamps and sky positions -> result files. `shiftstack search`
 // is a thin layer over run_search() and write_outputs().
 #pragma once
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
@@ -32,12 +33,16 @@ struct RunOptions {
   // Called during long stages (read: files, search: trials) with work done and total; may be empty.
   std::function<void(const std::string& stage, double done, double total)> stage_progress;
   bool keep_unclustered = false;  // keep the detections before clustering (RunOutput::unclustered)
+  // Cooperative stop (a host's Ctrl-C): checked after every stage and passed to the engine;
+  // once true the run throws Cancelled. Null: never stopped.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct RunOutput {
   std::vector<std::string> files;
   LoadedStack loaded;        // the exposures (sorted by epoch), their metadata and WCS
   MotionBank bank;
+  int width = 0, height = 0;   // of the images searched
   std::string reference_time;  // what bank.t_ref is: "mid", "first" or "MJD <value>"
   std::string engine;
   Encoding encoding = Encoding::fp32;
@@ -67,6 +72,18 @@ struct RunOutput {
 RunOutput run_search(const SearchConfig& config, const RunOptions& options);
 // The same from exposures already in memory (curve offsets and WCS may be empty).
 RunOutput run_search(const SearchConfig& config, LoadedStack loaded, const RunOptions& options);
+
+// Inputs a host keeps between runs of one in-memory stack (the Python module's Stack). The run
+// reads the exposures in place (RunOutput::loaded gets their metadata, not their pixels) and takes
+// the likelihood maps and encoded cube from here when both are given, so repeated runs neither
+// recompute them nor upload the cube again (device caches key on EncodedStack::id). Unused for
+// likelihood_device gpu, which always computes the maps on the device.
+struct SharedInputs {
+  const LoadedStack* loaded = nullptr;          // required; curve offsets, info and WCS filled in
+  const LikelihoodStack* likelihood = nullptr;  // with covariances for fractional runs
+  const EncodedStack* encoded = nullptr;        // `likelihood` in the run's encoding
+};
+RunOutput run_search(const SearchConfig& config, const SharedInputs& inputs, const RunOptions& options);
 
 // The results table: KBMOD's columns (x, y: the first-epoch pixel; vx, vy, likelihood, flux,
 // obs_count, uuid, psi_curve, phi_curve, obs_valid, stamp, coadd_<type>, all_stamps, pred_x,

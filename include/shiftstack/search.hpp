@@ -34,6 +34,10 @@ struct OutputPolicy {
   std::int64_t max_candidates = std::int64_t(1) << 26;  // beyond this: Error, never truncation
   int top_k = 0;                  // best k trials per origin (KBMOD's results_per_pixel); 0 = off
   ProgressCallback progress;      // optional
+  // Cooperative stop (a host's Ctrl-C): engines poll it between work items (rows, bands, tiles)
+  // and search() throws Cancelled once it is true. Null: never stopped.
+  const std::atomic<bool>* stop = nullptr;
+  bool stop_requested() const { return stop && stop->load(std::memory_order_relaxed); }
 };
 
 struct Candidate {

@@ -121,6 +121,7 @@ SearchResult search(Engine& engine, const EncodedStack& stack, const MotionBank&
   require(reason.empty(), "engine '" + engine.name() + "' cannot compute this search: " + reason);
   const auto start = std::chrono::steady_clock::now();
   SearchResult result = engine.search(input);
+  if (policy.stop_requested()) throw Cancelled("search stopped on request (engine " + engine.name() + ")");
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.engine = engine.name();

@@ -663,6 +663,7 @@ class CpuEngine final : public Engine {
         top.k = k;
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < items; ++item) {
+          if (in.policy.stop_requested()) continue;  // a stop request skips the remaining items
           const Strip& strip = strips[item % strips.size()];
           const int ly0 = (item / int(strips.size())) * kRowsPerItem;
           const int ly1 = std::min(band.rows, ly0 + kRowsPerItem);
@@ -675,6 +676,7 @@ class CpuEngine final : public Engine {
           progress.add(std::int64_t(ly1 - ly0) * origins * velocities);
         }
       }
+      if (in.policy.stop_requested()) throw Cancelled("cpu engine: search stopped on request");
       for (const ItemResult& item : item_results) {
         Digest part;
         part.sumA = simd::total(item.sumA);

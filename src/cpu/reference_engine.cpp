@@ -113,6 +113,7 @@ class ReferenceEngine final : public Engine {
 
 #pragma omp parallel for schedule(dynamic, 1)
     for (int j = 0; j < r.height; ++j) {
+      if (in.policy.stop_requested()) continue;  // a stop request skips the remaining rows
       Digest& digest = row_digest[j];
       digest.z_thr = z_thr;
       std::vector<Candidate> best;
@@ -154,6 +155,7 @@ class ReferenceEngine final : public Engine {
       }
       progress.add(std::int64_t(r.width) * V);
     }
+    if (in.policy.stop_requested()) throw Cancelled("reference engine: search stopped on request");
     progress.finish();
     result.digest.z_thr = z_thr;
     std::int64_t total = 0;

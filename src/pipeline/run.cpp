@@ -31,12 +31,14 @@ double seconds_since(Clock::time_point start) {
 struct StageRecorder {
   RunOutput& out;
   const std::function<void(const StageTime&)>& progress;
+  const std::atomic<bool>* stop = nullptr;
   std::optional<double> timeout_hours;
   Clock::time_point run_start = Clock::now();
   void record(const std::string& name, Clock::time_point start, const std::string& detail) {
     StageTime s{name, seconds_since(start), detail};
     out.stages.push_back(s);
     if (progress) progress(s);
+    if (stop && stop->load()) throw Cancelled("run stopped on request after the " + name + " stage");
     // KBMOD's timeout_hours: a soft limit, checked between stages.
     if (timeout_hours && seconds_since(run_start) > *timeout_hours * 3600)
       throw Error("the run exceeded timeout_hours = " + std::to_string(*timeout_hours) + " after the " + name + " stage");
@@ -44,34 +46,42 @@ struct StageRecorder {
 };
 
 void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOptions& options,
-                     std::future<void>* device_warm_up = nullptr, Clock::time_point run_start = Clock::now()) {
-  StageRecorder stage{out, options.progress, config.timeout_hours, run_start};
-  const ExposureStack& stack = out.loaded.stack;
+                     std::future<void>* device_warm_up = nullptr, const SharedInputs* shared = nullptr,
+                     Clock::time_point run_start = Clock::now()) {
+  StageRecorder stage{out, options.progress, options.stop, config.timeout_hours, run_start};
+  // With SharedInputs the exposures are read in place; out.loaded holds their metadata only.
+  const LoadedStack& loaded = shared ? *shared->loaded : out.loaded;
+  const ExposureStack& stack = loaded.stack;
 
   auto start = Clock::now();
-  BankStage bank = build_bank(config, out.loaded);
+  out.width = stack.width();
+  out.height = stack.height();
+  BankStage bank = build_bank(config, loaded);
   out.bank = std::move(bank.bank);
   out.reference_time = bank.reference_time;
   stage.record("bank", start, bank.detail);
 
+  // The host's maps and cube, when it keeps them (SharedInputs); checked against this run.
+  const bool reuse = shared && shared->likelihood && shared->encoded && config.likelihood_device != "gpu";
   start = Clock::now();
   if (device_warm_up && device_warm_up->valid()) device_warm_up->get();
-  LikelihoodMaps maps = compute_maps(config, stack, out.bank.mode);
+  LikelihoodMaps maps = reuse ? kept_maps(*shared->likelihood, stack, out.bank.mode)
+                              : compute_maps(config, stack, out.bank.mode);
   out.likelihood_device = maps.on_gpu() ? "gpu" : "cpu";
   out.warnings.insert(out.warnings.end(), maps.warnings.begin(), maps.warnings.end());
   stage.record("likelihood", start, maps.detail);
 
   start = Clock::now();
   out.encoding = options.encoding.value_or(config.encoding);
-  EncodeStage encoded = encode_maps(maps, out.encoding);
+  EncodeStage encoded = reuse ? kept_cube(*shared->encoded, out.encoding, stack.size()) : encode_maps(maps, out.encoding);
   stage.record("encode", start, encoded.detail);
 
   start = Clock::now();
   ProgressCallback search_progress;
   if (options.stage_progress)
     search_progress = [&](std::int64_t done, std::int64_t total) { options.stage_progress("search", double(done), double(total)); };
-  SearchStage searched =
-      search_stage(config, options.engine, std::move(encoded.stack), out.bank, maps.on_gpu(), search_progress);
+  SearchStage searched = search_stage(config, options.engine, std::move(encoded), out.bank, maps.on_gpu(), options.stop,
+                                      search_progress);
   out.warnings.insert(out.warnings.end(), searched.warnings.begin(), searched.warnings.end());
   out.engine = searched.result.engine;
   out.digest = searched.result.digest;
@@ -106,7 +116,7 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
   stage.record("stamps", start, stamps.detail);
 
   start = Clock::now();
-  SkyStage sky = sky_stage(out.loaded, out.bank, clustered.detections, config);
+  SkyStage sky = sky_stage(loaded, out.bank, clustered.detections, config);
   out.have_sky = sky.have_sky;
   out.have_global = sky.have_global;
   out.sky_image = std::move(sky.image);
@@ -122,7 +132,7 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
 
 RunOutput run_search(const SearchConfig& config, const RunOptions& options) {
   RunOutput out;
-  StageRecorder stage{out, options.progress, config.timeout_hours};
+  StageRecorder stage{out, options.progress, options.stop, config.timeout_hours};
   // The CUDA context takes a while to create: make it on a thread while the files are read.
   std::future<void> device_warm_up;
 #ifdef SHIFTSTACK_HAVE_CUDA
@@ -143,7 +153,26 @@ RunOutput run_search(const SearchConfig& config, const RunOptions& options) {
                                     " files");
   }
   out.warnings = out.loaded.warnings;
-  run_from_loaded(config, out, options, &device_warm_up, stage.run_start);
+  run_from_loaded(config, out, options, &device_warm_up, nullptr, stage.run_start);
+  return out;
+}
+
+RunOutput run_search(const SearchConfig& config, const SharedInputs& inputs, const RunOptions& options) {
+  require(inputs.loaded != nullptr, "run_search: no exposures");
+  const LoadedStack& loaded = *inputs.loaded;
+  const std::size_t E = loaded.stack.exposures.size();
+  require(E > 0 && loaded.curve_x.size() == E && loaded.curve_y.size() == E && loaded.wcs.size() == E &&
+              loaded.info.size() == E,
+          "run_search: per-exposure metadata does not match the shared stack");
+  RunOutput out;
+  out.loaded.curve_x = loaded.curve_x;
+  out.loaded.curve_y = loaded.curve_y;
+  out.loaded.info = loaded.info;
+  out.loaded.wcs = loaded.wcs;
+  out.loaded.frame = loaded.frame;
+  out.loaded.warnings = loaded.warnings;
+  out.warnings = loaded.warnings;
+  run_from_loaded(config, out, options, nullptr, &inputs);
   return out;
 }
 
@@ -192,10 +221,9 @@ nlohmann::json run_summary(const RunOutput& run, const SearchConfig& config, con
     stages.push_back({{"stage", s.name}, {"seconds", s.seconds}, {"detail", s.detail}});
     total += s.seconds;
   }
-  const auto& stack = run.loaded.stack;
   return {{"shiftstack_version", SHIFTSTACK_VERSION},
           {"inputs", {{"files", run.files}, {"exposures", exposures}}},
-          {"image", {{"width", stack.width()}, {"height", stack.height()}, {"exposures", stack.size()}}},
+          {"image", {{"width", run.width}, {"height", run.height}, {"exposures", run.bank.exposures()}}},
           {"config", config.effective},
           {"config_sources", config.sources},
           {"notices", config.notices},

@@ -142,21 +142,43 @@ LikelihoodMaps compute_maps(const SearchConfig& config, const ExposureStack& sta
   return maps;
 }
 
+LikelihoodMaps kept_maps(const LikelihoodStack& kept, const ExposureStack& stack, ShiftMode mode) {
+  require(kept.exposures == stack.size() && (mode == ShiftMode::integer || kept.has_covariances()),
+          "run_search: the shared likelihood maps do not match this run");
+  LikelihoodMaps maps;
+  maps.kept = &kept;
+  maps.detail = "psi/phi for " + std::to_string(stack.size()) + " exposures (kept from an earlier run)";
+  return maps;
+}
+
+EncodeStage kept_cube(const EncodedStack& kept, Encoding encoding, int exposures) {
+  require(kept.encoding == encoding && kept.exposures == exposures,
+          "run_search: the shared encoded cube does not match this run's encoding");
+  EncodeStage out;
+  out.kept = &kept;
+  const double gigabytes = double(kept.plane_size()) * kept.exposures * double(kept.bytes_per_pair()) / 1e9;
+  out.detail = to_string(encoding) + ", " + format("%.3g GB", gigabytes) + " (kept from an earlier run)";
+  return out;
+}
+
 EncodeStage encode_maps(const LikelihoodMaps& maps, Encoding encoding) {
   EncodeStage out;
 #ifdef SHIFTSTACK_HAVE_CUDA
   if (maps.on_gpu()) out.stack = std::make_unique<EncodedStack>(maps.device->encode(encoding));
 #endif
-  if (!maps.on_gpu()) out.stack = std::make_unique<EncodedStack>(encode(maps.host, encoding));
+  if (!maps.on_gpu()) out.stack = std::make_unique<EncodedStack>(encode(maps.planes(), encoding));
   const double gigabytes = double(out.stack->plane_size()) * out.stack->exposures * double(out.stack->bytes_per_pair()) / 1e9;
   out.detail = to_string(encoding) + ", " + format("%.3g GB", gigabytes) + (maps.on_gpu() ? " on the GPU" : "");
   return out;
 }
 
-SearchStage search_stage(const SearchConfig& config, const std::string& requested, std::unique_ptr<EncodedStack> encoded,
-                         const MotionBank& bank, bool cube_on_gpu, const ProgressCallback& progress) {
+SearchStage search_stage(const SearchConfig& config, const std::string& requested, EncodeStage encoded,
+                         const MotionBank& bank, bool cube_on_gpu, const std::atomic<bool>* stop,
+                         const ProgressCallback& progress) {
+  const EncodedStack& cube = encoded.cube();
   SearchStage out;
   OutputPolicy policy;
+  policy.stop = stop;
   policy.candidate_threshold = config.filter.lh_level;
   policy.max_candidates = config.max_candidates;
   policy.progress = progress;
@@ -175,9 +197,9 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
     start = a;
     length = b - a;
   };
-  clip(config.x_bounds, encoded->width, "x_pixel_bounds", region.x0, region.width);
-  clip(config.y_bounds, encoded->height, "y_pixel_bounds", region.y0, region.height);
-  const SearchInput probe{encoded.get(), &bank, resolve(region, encoded->width, encoded->height), policy};
+  clip(config.x_bounds, cube.width, "x_pixel_bounds", region.x0, region.width);
+  clip(config.y_bounds, cube.height, "y_pixel_bounds", region.y0, region.height);
+  const SearchInput probe{&cube, &bank, resolve(region, cube.width, cube.height), policy};
   // The stage has begun (engines that report progress say more as they go).
   if (progress) progress(0, probe.region.count() * std::int64_t(bank.size()));
   auto engine = choose_engine(requested.empty() ? config.engine : requested, config.cpu_only, probe);
@@ -185,15 +207,15 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
 #ifdef SHIFTSTACK_HAVE_CUDA
   // Engines other than the CUDA gathers read the host payload: fetch the device cube for them.
   if (cube_on_gpu && !cuda::reads_device_cube(engine->name())) {
-    cuda::download_device_cube(*encoded);
+    cuda::download_device_cube(*encoded.stack);
     note = " (cube fetched from the GPU)";
   }
 #else
   (void)cube_on_gpu;
 #endif
-  out.result = search(*engine, *encoded, bank, policy, region);
-  const int E = encoded->exposures;
-  encoded.reset();
+  out.result = search(*engine, cube, bank, policy, region);
+  const int E = cube.exposures;
+  encoded.stack.reset();
 #ifdef SHIFTSTACK_HAVE_CUDA
   if (cube_on_gpu) cuda::release_device_cube();
 #endif
@@ -297,7 +319,7 @@ FilterStage filter_stage(std::vector<Candidate> candidates, const LikelihoodMaps
                          const FilterOptions& options) {
   FilterStage out;
   if (!maps.on_gpu()) {
-    out.detections = filter_candidates(candidates, maps.host, bank, options, &out.stats);
+    out.detections = filter_candidates(candidates, maps.planes(), bank, options, &out.stats);
   } else {
 #ifdef SHIFTSTACK_HAVE_CUDA
     // Batches of candidates keep the sampled curves small whatever the number of crossings.

@@ -147,7 +147,7 @@ nlohmann::json table_meta(const RunOutput& run, const SearchConfig& config) {
       {"mjd_utc_mid", bank.epochs},
       {"mjd_tai_mid", tai},
       {"num_img", bank.exposures()},
-      {"dims", {run.loaded.stack.width(), run.loaded.stack.height()}},
+      {"dims", {run.width, run.height}},
       // shiftstack's.
       {"t_ref", bank.t_ref},
       {"reference_time", run.reference_time},
@@ -163,7 +163,7 @@ nlohmann::json table_meta(const RunOutput& run, const SearchConfig& config) {
       {"cluster_type", config.do_clustering ? to_string(config.cluster.space) : std::string("off")}};
   const GridFrame& frame = run.loaded.frame;
   if (frame.global && config.compute_ra_dec)
-    meta["wcs"] = frame.global->to_kbmod_json(run.loaded.stack.width(), run.loaded.stack.height());
+    meta["wcs"] = frame.global->to_kbmod_json(run.width, run.height);
   if (frame.reprojected) {
     meta["reprojection_frame"] = frame.frame.empty() ? std::string("original") : frame.frame;
     if (frame.barycentric_distance) meta["barycentric_distance"] = *frame.barycentric_distance;

@@ -254,6 +254,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input) {
     unsigned long long found = 0;
     seconds = 0;
     for (const Tile& tile : tiles) {
+      if (policy.stop_requested()) throw Cancelled("CUDA gather: search stopped on request");
       const StackView view = acquire_stack(stack, tile.data, bilinear);
       out.tile_x0 = tile.origins.x0;
       out.tile_y0 = tile.origins.y0;
