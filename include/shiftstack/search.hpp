@@ -25,6 +25,9 @@ struct OutputPolicy {
   double candidate_threshold = 5;  // compact list: every trial with Z > this
   std::int64_t max_candidates = std::int64_t(1) << 26;  // beyond this: Error, never truncation
   int top_k = 0;                  // best k trials per origin (KBMOD's results_per_pixel); 0 = off
+  // Trials the Bonferroni threshold counts; 0 = this search's (region x bank). One part of a
+  // split search passes the whole search's count, so every part tests against the same z_thr.
+  double bonferroni_trials = 0;
 };
 
 struct Candidate {

@@ -53,6 +53,7 @@ EncodeStage encode_maps(const LikelihoodMaps& maps, Encoding encoding);
 // input) and runs it over the configured pixel bounds. The encoded cube is released after it.
 struct SearchStage {
   SearchResult result;
+  std::vector<int> devices;  // the device bands of config gpus ({0}: one search)
   std::string detail;
 };
 SearchStage search_stage(const SearchConfig& config, const std::string& requested, std::unique_ptr<EncodedStack> encoded,
