@@ -13,7 +13,8 @@
 #
 # Environment (defaults for the H200 run of 32 deep-like CCDs):
 #   WORKLOAD=deep  KITS=2  UNITS=32  ENGINE= (the config's: auto)  EXTRA= (more search-many options)
-#   MPI=auto|off   OMP_NUM_THREADS (passed on)
+#   MPI=auto|off   BASELINE=1 (also time one `shiftstack search` process per unit; 0: skip)
+#   OMP_NUM_THREADS (passed on)
 # One `deep` kit is about 8.4 GB of FITS files (KITS=2: 17 GB of disk); WORK_DIR defaults to a
 # new temporary folder. A CPU-only check: WORKLOAD=ci KITS=4 UNITS=32 ENGINE=cpu.
 set -euo pipefail
@@ -52,6 +53,20 @@ have_mpi=no
 if [ "${MPI:-auto}" != off ] && command -v mpirun > /dev/null && "$bin" search-many --help | grep -q -- "--mpi"; then
   # The binary was built with MPI only if it links libmpi.
   if ldd "$bin" 2>/dev/null | grep -q libmpi; then have_mpi=yes; fi
+fi
+
+# The baseline: one `shiftstack search` process per unit, one after another (what a loop in a
+# job script does): every unit pays the start-up, CUDA context creation included.
+if [ "${BASELINE:-1}" = 1 ]; then
+  rm -rf "$work/loop" && mkdir -p "$work/loop"
+  start=$(date +%s.%N)
+  for u in $(seq 0 $((units - 1))); do
+    "$bin" search -q --config "$work/kit1/search.yaml" "$work/kit$((u % kits + 1))" ${engine:+--engine $engine} \
+      -o "$work/loop/unit$u.ecsv" || echo "unit $u failed" >&2
+  done
+  end=$(date +%s.%N)
+  python3 -c "import sys; w = float(sys.argv[2]) - float(sys.argv[1]); n = int(sys.argv[3]); \
+print(f'one process per unit: {n} units in {w:.2f} s wall: {3600 * n / w:.0f} units/hour')" "$start" "$end" "$units"
 fi
 
 for ranks in $ranks_list; do
