@@ -151,7 +151,9 @@ SearchResult search_on_devices(const std::string& engine_name, const EncodedStac
   std::vector<SearchResult> parts(bands.size());
   std::vector<std::exception_ptr> errors(bands.size());
   split.band_seconds.assign(bands.size(), 0.0);
-  split.parallel = info.gpu && bands.size() > 1;
+  // GPU bands always run in threads of their own, even a single band on another device, so
+  // that the caller's thread keeps its device and its cache.
+  split.parallel = info.gpu;
   auto run = [&](std::size_t b) {
     const auto start = std::chrono::steady_clock::now();
     try {

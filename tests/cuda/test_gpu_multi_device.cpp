@@ -106,7 +106,10 @@ TEST(GpuMultiDevice, FourierRouteAgreesWithinTheDigestTolerance) {
   REQUIRE_DEVICE();
   const Split s = run_split("cuda-fourier", Encoding::fp32, {0, 0});
   // Its transforms are padded to each band, so sums differ in float rounding; SPEC 4 bounds that.
-  const DigestComparison c = compare(s.whole.digest, s.parts.digest, DigestTolerance::fp32(), 0);
+  std::int64_t near = 0;  // trials whose count may flip: within the fp32 band of z_thr
+  for (const Candidate& x : s.whole.candidates)
+    near += std::abs(double(x.Z) - s.whole.digest.z_thr) <= DigestTolerance::fp32().count_band;
+  const DigestComparison c = compare(s.whole.digest, s.parts.digest, DigestTolerance::fp32(), near);
   EXPECT_TRUE(c.agrees) << (c.failures.empty() ? "" : c.failures.front());
 }
 

@@ -232,6 +232,7 @@ DeviceWorkerScope::DeviceWorkerScope(int device, int sharing) {
   const int count = device_count();
   require(device >= 0 && device < count, "CUDA device " + std::to_string(device) + " does not exist (" +
                                              std::to_string(count) + " visible)");
+  SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&previous_device_));
   SHIFTSTACK_CUDA_CHECK(cudaSetDevice(device));
   const std::size_t explicit_budget = memory_budget();  // the process-wide setting
   State* s = new State;
@@ -247,6 +248,7 @@ DeviceWorkerScope::~DeviceWorkerScope() {
   State* s = static_cast<State*>(state_);
   cudaDeviceSynchronize();  // no check: may run during unwinding; kernels must finish before frees
   delete s;                 // its buffers free themselves on the thread's device
+  cudaSetDevice(previous_device_);
 }
 
 int device_sharing() { return state().sharing; }
