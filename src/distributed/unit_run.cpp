@@ -1,6 +1,7 @@
 // One unit inside the worker process: configuration, the pipeline run, the outputs and their
 // checksums; and the worker's read-a-unit, answer-a-record loop.
 #include <fcntl.h>
+#include <fitsio.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -86,6 +87,9 @@ Record run_unit(const Unit& u) {
     std::fprintf(stderr, "shiftstack: %-10s %8.3f s  %s\n", s.name.c_str(), s.seconds, s.detail.c_str());
     std::fflush(stderr);
   };
+  // cfitsio keeps one message stack per process: without this, a unit's error would also quote
+  // warnings left by the units this worker ran before it.
+  fits_clear_errmsg();
   try {
     io::SearchConfig config = u.config.empty() ? io::parse_config("", "defaults", u.overrides)
                                                : io::load_config(u.config, u.overrides);
