@@ -17,6 +17,10 @@ std::string mpirun(int ranks, const std::string& arguments) {
   // CI runs as root; OpenMPI refuses that unless told it is meant.
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  // One node: shared memory only, and no cross-process memory copies (containers often forbid
+  // them), so that the test depends on neither the network nor ptrace rights.
+  ::setenv("OMPI_MCA_btl", "self,vader", 1);
+  ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
   return "mpirun -np " + std::to_string(ranks) + " --oversubscribe '" + SHIFTSTACK_CLI_PATH + "' " + arguments;
 }
 
