@@ -30,6 +30,9 @@ struct OutputPolicy {
   // and search() throws Cancelled once it is true. Null: never stopped.
   const std::atomic<bool>* stop = nullptr;
   bool stop_requested() const { return stop && stop->load(std::memory_order_relaxed); }
+  // Trials the Bonferroni threshold counts; 0 = this search's (region x bank). One part of a
+  // split search passes the whole search's count, so every part tests against the same z_thr.
+  double bonferroni_trials = 0;
 };
 
 struct Candidate {

@@ -63,6 +63,7 @@ EncodeStage kept_cube(const EncodedStack& kept, Encoding encoding, int exposures
 // engine. The cube made by this run is released after it.
 struct SearchStage {
   SearchResult result;
+  std::vector<int> devices;  // the device bands of config gpus ({0}: one search)
   std::string detail;
 };
 SearchStage search_stage(const SearchConfig& config, const std::string& requested, EncodeStage encoded,

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cuda/common/device_stack.hpp"
 #include "spectra.cuh"
 
 namespace shiftstack::cuda {
@@ -147,6 +148,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   {
     std::size_t free_bytes = 0, total_bytes = 0;
     SHIFTSTACK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    free_bytes /= std::size_t(device_sharing());  // a card shared by a multi-device search's workers
     const double fixed = double(s.input_channels()) * s.exposures * g.nx * g.nyh * 8 + double(g.nx) * (s.nyh_padded + 16) * s.exposures_padded * 8;
     const double budget = std::min(0.6 * (double(free_bytes) - fixed), 24e9);
     const double per_row = 2.0 * s.va * g.nx * g.nyh * 8 + bytes_per_row(s);
