@@ -20,6 +20,7 @@
 #include "run_info.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"
+#include "shiftstack/tree.hpp"
 
 namespace shiftstack::cli {
 
@@ -134,6 +135,61 @@ Baseline run_baseline(const std::string& name, const EncodedStack& stack, const 
   for (const Candidate& c : r.candidates)
     if (std::abs(double(c.Z) - r.digest.z_thr) <= band) ++b.near_threshold;
   return b;
+}
+
+// The tree engines' own counts from the last run: additions per trial per level (counted by the
+// executor), the screen and the refinement.
+nlohmann::json tree_record(const TreeEngine& engine) {
+  const TreeStats& t = engine.last_stats();
+  nlohmann::json levels = nlohmann::json::array();
+  for (const auto& l : t.levels)
+    levels.push_back({{"level", l.level},
+                      {"nodes", l.nodes},
+                      {"entries", l.entries},
+                      {"additions", l.additions},
+                      {"additions_per_trial", t.trials ? double(l.additions) / double(t.trials) : 0.0}});
+  return {{"fell_back", t.fell_back},
+          {"fallback_reason", t.fallback_reason},
+          {"additions_per_trial", t.additions_per_trial()},
+          {"levels", levels},
+          {"depth", t.depth},
+          {"cut_level", t.cut_level},
+          {"nodes", t.nodes},
+          {"z_screen", t.z_screen},
+          {"screen_margin", engine.options().screen_margin},
+          {"screened", t.screened},
+          {"refined", t.refined},
+          {"tile", {t.tile_width, t.tile_height}},
+          {"tile_bytes", t.tile_bytes},
+          {"bands", t.bands},
+          {"band_bytes", t.band_bytes},
+          {"seconds_fill", t.seconds_fill},
+          {"seconds_tree", t.seconds_tree},
+          {"seconds_refine", t.seconds_refine}};
+}
+
+void print_tree_record(const nlohmann::json& t) {
+  if (t["fell_back"].get<bool>()) {
+    std::printf("  tree: ran the exhaustive cpu engine: %s\n", t["fallback_reason"].get<std::string>().c_str());
+    return;
+  }
+  std::printf("  tree: %.3f additions per trial per channel (levels:", t["additions_per_trial"].get<double>());
+  for (const auto& l : t["levels"]) std::printf(" %.3f", l["additions_per_trial"].get<double>());
+  std::printf("), %lld nodes, depth %d, cut at level %d, tiles %dx%d (%.1f MB each), %d band(s) of %.0f MB\n",
+              (long long)t["nodes"].get<std::int64_t>(), t["depth"].get<int>(), t["cut_level"].get<int>(), t["tile"][0].get<int>(),
+              t["tile"][1].get<int>(), t["tile_bytes"].get<double>() / 1e6, t["bands"].get<int>(),
+              t["band_bytes"].get<double>() / 1e6);
+  std::printf("  tree: screen z > %.3f: %lld trials, %lld re-scored exactly; last run: copy %.3f s, tree %.3f s, "
+              "refinement %.3f s\n",
+              t["z_screen"].get<double>(), (long long)t["screened"].get<std::int64_t>(),
+              (long long)t["refined"].get<std::int64_t>(), t["seconds_fill"].get<double>(),
+              t["seconds_tree"].get<double>(), t["seconds_refine"].get<double>());
+  if (!t.contains("position_error")) return;
+  const auto& p = t["position_error"];
+  std::printf("  tree: positions against round_shift over (velocity, exposure): %.4f exact, %.4f one pixel off, "
+              "max %d px; rms about the real shift %.3f px (exhaustive %.3f), max %.2f px\n",
+              p["exact_fraction"].get<double>(), p["one_pixel_fraction"].get<double>(), p["max_abs"].get<int>(),
+              p["rms_tree"].get<double>(), p["rms_exhaustive"].get<double>(), p["max_tree"].get<double>());
 }
 
 void run_bench(const BenchOptions& o) {
@@ -274,11 +330,25 @@ void run_bench(const BenchOptions& o) {
         agrees = cmp.agrees ? "yes" : "NO: " + cmp.failures.front();
       }
       if (!deterministic) agrees += " (digest changed between runs)";
+      if (const auto* tree = dynamic_cast<const TreeEngine*>(engine.get())) {
+        record["tree"] = tree_record(*tree);
+        if (kit.bank.is_cartesian()) {
+          const TreePositionError pe = tree_position_error(kit.bank, tree->options());
+          record["tree"]["position_error"] = {{"exact_fraction", pe.exact_fraction},
+                                              {"one_pixel_fraction", pe.one_pixel_fraction},
+                                              {"axis_fraction", pe.axis_fraction},
+                                              {"max_abs", pe.max_abs},
+                                              {"rms_tree", pe.rms_tree},
+                                              {"rms_exhaustive", pe.rms_exhaustive},
+                                              {"max_tree", pe.max_tree}};
+        }
+      }
       records.push_back(record);
       std::printf("%-14s %-8s %10.4g %10.4g %10.4g %12.4g %9.4f %7lld %s\n", engine_name.c_str(),
                   encoding.c_str(), t, record["seconds_min"].get<double>(),
                   record["seconds_max"].get<double>(), paired_samples / t, digest.maxZ,
                   static_cast<long long>(digest.count), agrees.c_str());
+      if (record.contains("tree")) print_tree_record(record["tree"]);
       std::fflush(stdout);
     }
   }
