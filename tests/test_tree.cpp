@@ -45,6 +45,14 @@ SearchResult run_tree(const TreeOptions& o, const EncodedStack& stack, const Mot
   return r;
 }
 
+// The tree itself even where it would not pay on these small stacks (no fallback to cpu).
+TreeOptions tree_only(bool refine = true) {
+  TreeOptions o;
+  o.refine = refine;
+  o.fallback_fraction = 1e9;
+  return o;
+}
+
 // A and B of one trial at the tree's own positions, in double, through decode().
 std::pair<double, double> gather_at(const EncodedStack& s, const TreeShiftTables& t, int x, int y, std::size_t v,
                                     std::size_t vx_count) {
@@ -92,11 +100,12 @@ TEST(TreeExecutor, EveryTrialIsTheGatherAtThePlansPositions) {
   // Schedules that cut the tree at different levels and tile it differently must compute the
   // same operator, float for float (every map is the same sequence of additions).
   std::vector<SearchResult> results;
-  for (auto [cut, tw, th] : {std::tuple{0, 0, 0}, {1, 16, 8}, {2, 48, 40}, {20, 32, 16}}) {
-    TreeOptions o;
-    o.refine = false;
+  for (auto [cut, tw, th] : {std::tuple{0, 0, 0}, {1, 16, 8}, {2, 48, 40}, {20, 32, 16}, {3, 20, 13}}) {
+    TreeOptions o = tree_only(false);
     o.cut_level = cut, o.tile_width = tw, o.tile_height = th;
-    results.push_back(run_tree(o, stack, kit.bank, every_trial()));
+    TreeStats stats;
+    results.push_back(run_tree(o, stack, kit.bank, every_trial(), {}, &stats));
+    ASSERT_FALSE(stats.fell_back) << stats.fallback_reason;
   }
   const SearchResult& r = results.front();
   ASSERT_EQ(std::int64_t(r.candidates.size()), r.digest.scored);
@@ -129,7 +138,7 @@ TEST(TreeExecutor, SameDigestOnAnyThreadCount) {
   std::vector<Digest> digests;
   for (int n : {1, 2, 3}) {
     omp_set_num_threads(n);
-    digests.push_back(run_tree(TreeOptions{}, stack, kit.bank, OutputPolicy{}).digest);
+    digests.push_back(run_tree(tree_only(), stack, kit.bank, OutputPolicy{}).digest);
   }
   omp_set_num_threads(threads);
   for (std::size_t k = 1; k < digests.size(); ++k) {
@@ -146,10 +155,11 @@ TEST(TreeExecutor, RegionAwayFromTheOriginAndEdgeTiles) {
   const EncodedStack stack = encode_kit(kit, Encoding::int8);
   const TreeShiftTables shifts = tree_shift_tables(kit.bank);
   const Region region{5, 3, 37, 29};
-  TreeOptions o;
-  o.refine = false;
+  TreeOptions o = tree_only(false);
   o.tile_width = 16, o.tile_height = 8;  // edge tiles of 5 columns and 5 rows
-  const SearchResult r = run_tree(o, stack, kit.bank, every_trial(), region);
+  TreeStats stats;
+  const SearchResult r = run_tree(o, stack, kit.bank, every_trial(), region, &stats);
+  ASSERT_FALSE(stats.fell_back) << stats.fallback_reason;
   EXPECT_EQ(r.digest.trials, region.count() * std::int64_t(kit.bank.size()));
   ASSERT_EQ(std::int64_t(r.candidates.size()), r.digest.scored);
   for (const Candidate& c : r.candidates) {
@@ -176,8 +186,8 @@ TEST(TreeRefinement, CandidatesAboveThresholdAreTheReferences) {
     auto reference = make_engine("reference");
     const SearchResult ref = search(*reference, stack, kit.bank, policy);
     TreeStats stats;
-    const SearchResult tree = run_tree(TreeOptions{}, stack, kit.bank, policy, {}, &stats);
-    ASSERT_FALSE(stats.fell_back);
+    const SearchResult tree = run_tree(tree_only(), stack, kit.bank, policy, {}, &stats);
+    ASSERT_FALSE(stats.fell_back) << stats.fallback_reason;
     ASSERT_GT(ref.candidates.size(), 10u);
     ASSERT_EQ(tree.candidates.size(), ref.candidates.size());
     for (std::size_t i = 0; i < ref.candidates.size(); ++i) {
@@ -201,7 +211,7 @@ TEST(TreeRefinement, MaxZIsExactEvenWhenNothingPassesTheFirstScreen) {
   k.inject = false;
   const KitStack kit = make_kit(k);
   const EncodedStack stack = encode_kit(kit);
-  TreeOptions o;
+  TreeOptions o = tree_only();
   o.screen_margin = 0;  // a null cube: almost surely nothing above z_thr itself
   TreeStats stats;
   const SearchResult tree = run_tree(o, stack, kit.bank, OutputPolicy{}, {}, &stats);
@@ -265,7 +275,7 @@ TEST(TreeEngine, DigestSumsWithinTheStatedBounds) {
   const EncodedStack stack = encode_kit(kit);
   auto exhaustive = make_engine("cpu");
   const SearchResult ref = search(*exhaustive, stack, kit.bank, OutputPolicy{});
-  const SearchResult tree = run_tree(TreeOptions{}, stack, kit.bank, OutputPolicy{});
+  const SearchResult tree = run_tree(tree_only(), stack, kit.bank, OutputPolicy{});
   const TreeDigestBounds bound = tree_digest_bounds(stack, kit.bank, {});
   EXPECT_LE(std::abs(tree.digest.sumA - ref.digest.sumA), bound.sumA);
   EXPECT_LE(std::abs(tree.digest.sumB - ref.digest.sumB), bound.sumB);
@@ -286,12 +296,7 @@ TEST(TreeSensitivity, UnrefinedNullVarianceIsOne) {
     const KitStack kit = make_kit(k);
     const EncodedStack stack = encode_kit(kit);
     for (auto* out : {&tree_var, &ref_var}) {
-      const SearchResult r = out == &tree_var ? run_tree([] {
-                                                  TreeOptions o;
-                                                  o.refine = false;
-                                                  return o;
-                                                }(),
-                                                         stack, kit.bank, every_trial())
+      const SearchResult r = out == &tree_var ? run_tree(tree_only(false), stack, kit.bank, every_trial())
                                               : all_trials("cpu", stack, kit.bank);
       double n = 0, sum = 0, sum2 = 0;
       for (const Candidate& x : r.candidates) {

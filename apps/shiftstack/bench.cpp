@@ -37,6 +37,8 @@ struct BenchOptions {
   std::uint64_t seed = 1;
   // Custom shape: each nonzero value overrides the workload's.
   int exposures = 0, width = 0, height = 0, vx = 0, vy = 0;
+  TreeOptions tree;  // cpu-tree and cpu-tree-screen
+  int threads = 0;   // threads of the timed searches (0: all); the stack is made with all
 };
 
 bool is_custom(const BenchOptions& o) { return o.exposures || o.width || o.height || o.vx || o.vy; }
@@ -165,6 +167,7 @@ nlohmann::json tree_record(const TreeEngine& engine) {
           {"band_bytes", t.band_bytes},
           {"seconds_fill", t.seconds_fill},
           {"seconds_tree", t.seconds_tree},
+          {"seconds_stage_a", t.seconds_stage_a},
           {"seconds_refine", t.seconds_refine}};
 }
 
@@ -179,11 +182,11 @@ void print_tree_record(const nlohmann::json& t) {
               (long long)t["nodes"].get<std::int64_t>(), t["depth"].get<int>(), t["cut_level"].get<int>(), t["tile"][0].get<int>(),
               t["tile"][1].get<int>(), t["tile_bytes"].get<double>() / 1e6, t["bands"].get<int>(),
               t["band_bytes"].get<double>() / 1e6);
-  std::printf("  tree: screen z > %.3f: %lld trials, %lld re-scored exactly; last run: copy %.3f s, tree %.3f s, "
-              "refinement %.3f s\n",
+  std::printf("  tree: screen z > %.3f: %lld trials, %lld re-scored exactly; last run: copy %.3f s, tree %.3f s "
+              "(band-wide part %.3f s), refinement %.3f s\n",
               t["z_screen"].get<double>(), (long long)t["screened"].get<std::int64_t>(),
               (long long)t["refined"].get<std::int64_t>(), t["seconds_fill"].get<double>(),
-              t["seconds_tree"].get<double>(), t["seconds_refine"].get<double>());
+              t["seconds_tree"].get<double>(), t["seconds_stage_a"].get<double>(), t["seconds_refine"].get<double>());
   if (!t.contains("position_error")) return;
   const auto& p = t["position_error"];
   std::printf("  tree: positions against round_shift over (velocity, exposure): %.4f exact, %.4f one pixel off, "
@@ -226,6 +229,7 @@ void run_bench(const BenchOptions& o) {
   };
 
   progress.clear();
+  if (o.threads > 0) omp_set_num_threads(o.threads);
   const std::size_t V = kit.bank.size();
   const double paired_samples = double(kit_options.width) * kit_options.height * double(V) * kit_options.exposures;
   std::printf("shiftstack bench: workload %s (%d exposures, %dx%d pixels, %dx%d = %zu velocities, "
@@ -281,7 +285,12 @@ void run_bench(const BenchOptions& o) {
         continue;
       }
       const EncodedStack& stack = stack_for(encoding);
-      auto engine = info.make();
+      std::unique_ptr<Engine> engine = info.make();
+      if (dynamic_cast<TreeEngine*>(engine.get())) {
+        TreeOptions t = o.tree;
+        t.refine = engine_name != "cpu-tree-screen";
+        engine = std::make_unique<TreeEngine>(t, engine_name);
+      }
       const OutputPolicy policy;
       const SearchInput probe{&stack, &kit.bank, resolve({}, stack.width, stack.height), policy};
       const std::string reason = engine->unsupported_reason(probe);
@@ -391,6 +400,22 @@ void add_bench_command(CLI::App& app) {
   bench->add_option("--height", o->height, "Custom shape: image height (pixels)")->check(CLI::PositiveNumber);
   bench->add_option("--vx", o->vx, "Custom shape: velocities along x")->check(CLI::PositiveNumber);
   bench->add_option("--vy", o->vy, "Custom shape: velocities along y")->check(CLI::PositiveNumber);
+  bench->add_option("--tree-margin", o->tree.screen_margin,
+                    "cpu-tree: screen z_screen = min(z_thr, candidate threshold) - this")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  bench->add_option("--tree-oversample", o->tree.oversample, "cpu-tree: node velocity step 1/(this * span)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->add_option("--tree-cut", o->tree.cut_level, "cpu-tree: level formed band-wide (0: chosen)")
+      ->check(CLI::NonNegativeNumber);
+  bench->add_option("--tree-tile-width", o->tree.tile_width, "cpu-tree: origins per tile along x (0: chosen)")
+      ->check(CLI::NonNegativeNumber);
+  bench->add_option("--tree-tile-height", o->tree.tile_height, "cpu-tree: origins per tile along y (0: chosen)")
+      ->check(CLI::NonNegativeNumber);
+  bench->add_option("--threads", o->threads,
+                    "CPU threads of the searches (default: all; the stack is made with all)")
+      ->check(CLI::NonNegativeNumber);
   bench->callback([o] { run_bench(*o); });
 }
 

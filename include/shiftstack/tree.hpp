@@ -63,6 +63,7 @@ struct TreeStats {
   double tile_bytes = 0;  // largest per-thread working set of one tile
   double band_bytes = 0;  // padded copy of the stack plus the band-wide maps (largest band)
   double seconds_fill = 0, seconds_tree = 0, seconds_refine = 0;
+  double seconds_stage_a = 0;  // the band-wide part of seconds_tree (last pass)
   int depth = 0;
   std::int64_t nodes = 0;
 };

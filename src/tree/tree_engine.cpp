@@ -20,17 +20,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Tile lengths tried along each axis (origins); the region's own length is added.
-constexpr int kTileLengths[] = {8, 16, 32, 48, 64, 96, 128, 192, 256};
+// Tile lengths tried (origins): widths in whole 16-float vectors, heights from 8; the region's
+// own length is added.
+constexpr int kTileWidths[] = {16, 32, 48, 64, 96, 128, 192, 256};
+constexpr int kTileHeights[] = {8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
 
-std::vector<int> tile_lengths(int region_length, int fixed) {
+template <std::size_t N>
+std::vector<int> tile_lengths(const int (&choices)[N], int region_length, int fixed) {
   if (fixed > 0) return {std::min(fixed, region_length)};
   std::vector<int> out;
-  for (int n : kTileLengths)
+  for (int n : choices)
     if (n < region_length) out.push_back(n);
   out.push_back(region_length);
   return out;
 }
+
+// Band-wide maps live in main memory and are streamed; a tile's maps stay in the caches. An
+// addition made band-wide is counted this many times when schedules are compared (measured:
+// docs/tree-search.md).
+constexpr double kBandWideWeight = 3.0;
 
 // How a search runs: the cut between the band-wide stage A and the per-tile stage B, the tile,
 // and how many origin rows a band holds.
@@ -38,7 +46,8 @@ struct Schedule {
   int cut_level = 1;
   std::vector<char> cut;
   int tile_width = 0, tile_height = 0, band_rows = 0;
-  double additions_per_origin = 0;  // estimate, both stages, margins included
+  double additions_per_origin = 0;  // both stages, margins included
+  double cost = 0;                  // the same with band-wide additions weighted
   std::size_t tile_floats = 0;
   double band_bytes = 0;  // exposure copy plus kept maps of one band
 };
@@ -55,8 +64,8 @@ double sum(const std::vector<std::int64_t>& v) {
 Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOptions& o, int exposures, int threads) {
   const double tile_budget = o.tile_budget_bytes / sizeof(float);
   std::vector<tree::Geometry> tiles;
-  for (int w : tile_lengths(r.width, o.tile_width))
-    for (int h : tile_lengths(r.height, o.tile_height)) tiles.push_back(tree::make_geometry(plan, w, h));
+  for (int w : tile_lengths(kTileWidths, r.width, o.tile_width))
+    for (int h : tile_lengths(kTileHeights, r.height, o.tile_height)) tiles.push_back(tree::make_geometry(plan, w, h));
   std::vector<std::pair<int, tree::Geometry>> bands;  // by band rows
   auto band_geometry = [&](int rows) -> const tree::Geometry& {
     for (const auto& [n, g] : bands)
@@ -85,14 +94,15 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
         if (bytes <= o.band_budget_bytes || rows <= t.height) break;
         rows = std::max(t.height, (rows / 2) / t.height * t.height);
       }
-      Schedule s{level, cut, t.width, t.height, rows,
-                 sum(b.additions) / (double(t.width) * t.height) + a_additions, b.arena_floats, bytes};
+      const double b_additions = sum(b.additions) / (double(t.width) * t.height);
+      Schedule s{level, cut, t.width, t.height, rows, b_additions + a_additions,
+                 b_additions + kBandWideWeight * a_additions, b.arena_floats, bytes};
       if (fallback.tile_width == 0 || s.tile_floats < fallback.tile_floats) fallback = s;
       if (double(s.tile_floats) > tile_budget || bytes > o.band_budget_bytes) continue;
       const std::int64_t count = std::int64_t((r.width + t.width - 1) / t.width) * ((r.height + t.height - 1) / t.height);
       const bool busy = count >= 2 * threads;
       const bool better = !have || (busy && !best_busy) ||
-                          (busy == best_busy && s.additions_per_origin < best.additions_per_origin * (1 - 1e-9));
+                          (busy == best_busy && s.cost < best.cost * (1 - 1e-9));
       if (better) best = s, have = true, best_busy = busy;
     }
   }
@@ -213,6 +223,7 @@ SearchResult TreeEngine::search(const SearchInput& in) {
     a_additions.assign(plan.depth + 1, 0);
     a_entries.assign(plan.depth + 1, 0);
     stats_.bands = 0;
+    stats_.seconds_stage_a = 0;
     std::vector<tree::TileOutput> outputs(tiles.size());
     for (int first_row = 0; first_row < ny; first_row += tile_rows_per_band) {
       const int last_row = std::min(ny, first_row + tile_rows_per_band) - 1;
@@ -240,7 +251,9 @@ SearchResult TreeEngine::search(const SearchInput& in) {
       kept.geometry = &band_geometry;
       kept.x0 = r.x0;
       kept.y0 = band_y0;
+      const auto t_a = Clock::now();
       tree::run_stage_a(plan, cut, c.copy, kept, a_additions, a_entries);
+      stats_.seconds_stage_a += since(t_a);
       // Stage B: the tiles of this band over all threads.
       const int first = first_row * nx, last = (last_row + 1) * nx;
 #pragma omp parallel

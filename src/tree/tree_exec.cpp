@@ -125,6 +125,24 @@ Geometry make_geometry(const Plan& plan, int width, int height) {
     geo.node[i] = {gx[i], gy[i]};
     geo.node_floats[i] = std::size_t(2 * entries_of(geo, int(i)) * area_of(geo, int(i)));
   }
+  for (std::size_t i = 0; i < N; ++i) {
+    const Node& node = plan.nodes[i];
+    if (node.leaf()) continue;
+    for (int a = 0; a < 2; ++a) {
+      AxisGeometry& g = geo.node[i][a];
+      const NodeAxis& ax = node.axis[a];
+      for (int ci = 0; ci < 2; ++ci) {
+        const AxisGeometry& c = geo.node[node.child[ci]][a];
+        g.child_rank[ci].assign(ax.size(), -1);
+        g.child_offset[ci].assign(ax.size(), 0);
+        for (int j : g.used) {
+          const int k = ax.child_entry[ci][j];
+          g.child_rank[ci][j] = c.rank[k];
+          g.child_offset[ci][j] = g.base[j] + ax.child_shift[ci][j] - c.base[k];
+        }
+      }
+    }
+  }
   return geo;
 }
 
@@ -267,18 +285,18 @@ struct Runner {
     int stride;
   };
   Source child_source(int index, int ci, const MapsView& child_maps, int jx, int jy) const {
-    const Node& node = plan.nodes[index];
-    const int child = node.child[ci];
+    const int child = plan.nodes[index].child[ci];
     const AxisGeometry &px = geo.node[index][0], &py = geo.node[index][1];
     const Geometry& cg = *child_maps.geometry;
     const AxisGeometry &cx = cg.node[child][0], &cy = cg.node[child][1];
-    const int kx = node.axis[0].child_entry[ci][jx], ky = node.axis[1].child_entry[ci][jy];
     // Positions relative to the child's own area: a cut child's maps cover the whole band.
-    const int sx = x0 - child_maps.x0 + px.base[jx] + node.axis[0].child_shift[ci][jx] - cx.base[kx];
-    const int sy = y0 - child_maps.y0 + py.base[jy] + node.axis[1].child_shift[ci][jy] - cy.base[ky];
-    const float* A = entry_map(cg, child, child_maps.data, kx, ky);
-    const std::size_t offset = std::size_t(sy) * cx.length + sx;
-    return {A + offset, A + std::size_t(cx.length) * cy.length + offset, cx.length};
+    const int sx = x0 - child_maps.x0 + px.child_offset[ci][jx];
+    const int sy = y0 - child_maps.y0 + py.child_offset[ci][jy];
+    const std::size_t plane = std::size_t(cx.length) * cy.length;
+    const float* A = child_maps.data +
+                     2 * plane * (std::size_t(py.child_rank[ci][jy]) * cx.used.size() + px.child_rank[ci][jx]) +
+                     std::size_t(sy) * cx.length + sx;
+    return {A, A + plane, cx.length};
   }
 
   // The node's children, formed above `scratch` unless stage A kept them.

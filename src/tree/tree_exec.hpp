@@ -27,6 +27,9 @@ struct AxisGeometry {
   std::vector<int> rank;  // position in `used`, or -1
   std::vector<int> base;  // map start per velocity (valid where used)
   int length = 0;
+  // Parents: for child c and velocity j, the rank of the child velocity it reads and where that
+  // read starts in the child's map (the parent's start plus its shift, less the child's start).
+  std::array<std::vector<int>, 2> child_rank, child_offset;
 };
 
 // Per-node map shapes over a width x height area of origins.

@@ -16,14 +16,27 @@
 
 namespace shiftstack::tree {
 
+// Rows are formed in whole 16-float blocks (one AVX-512 vector), the last block overlapping
+// the one before when the width is not a multiple of 16: forming a pixel twice from the same
+// inputs writes the same value. Narrower rows (edge tiles) run as plain loops.
+constexpr int kBlock = 16;
+
 TREE_KERNEL void add_planes(float* out, int out_stride, const float* a, int a_stride, const float* b, int b_stride,
                             int width, int rows) {
   for (int r = 0; r < rows; ++r) {
     float* __restrict o = out + std::ptrdiff_t(r) * out_stride;
     const float* __restrict x = a + std::ptrdiff_t(r) * a_stride;
     const float* __restrict y = b + std::ptrdiff_t(r) * b_stride;
+    if (width < kBlock) {
+      for (int i = 0; i < width; ++i) o[i] = x[i] + y[i];
+      continue;
+    }
+    for (int i = 0;; i += kBlock) {
+      if (i + kBlock > width) i = width - kBlock;
 #pragma omp simd
-    for (int i = 0; i < width; ++i) o[i] = x[i] + y[i];
+      for (int l = 0; l < kBlock; ++l) o[i + l] = x[i + l] + y[i + l];
+      if (i + kBlock == width) break;
+    }
   }
 }
 
@@ -62,26 +75,39 @@ inline bool passes(float A, float A2, float B, float z2, bool negative) {
 TREE_KERNEL bool score_tile(const float* a0, int a0_stride, const float* a1, int a1_stride, const float* b0,
                             int b0_stride, const float* b1, int b1_stride, int width, int rows, ZTest screen,
                             ZTest count_test, bool want_count, TileScore& out) {
-  // Lane accumulators over the whole tile (16 floats: one AVX-512 vector), reduced once at the
-  // end: FP32 partial sums of at most rows * width / 16 values each, about 1e-6 relative.
-  constexpr int L = 16;
-  float sa[L] = {}, sb[L] = {};
-  int n_scored[L] = {}, n_count[L] = {}, hit[L] = {};
+  // Lane accumulators over the call (FP32 partial sums of rows * width / 16 values each, about
+  // 1e-6 relative), added to the tile's double lanes at the end. A last block that overlaps the
+  // one before only counts its new lanes.
+  float sa[kBlock] = {}, sb[kBlock] = {};
+  int n_scored[kBlock] = {}, n_count[kBlock] = {}, hit[kBlock] = {};
   const float s2 = screen.z_squared, c2 = count_test.z_squared;
   const bool s_neg = screen.negative, c_neg = count_test.negative;
-  const int blocks = width / L * L;
-  float tail_a = 0, tail_b = 0;
-  int tail_scored = 0, tail_count = 0, tail_hit = 0;
+  int any = 0;
+  double tail_a = 0, tail_b = 0;
   for (int r = 0; r < rows; ++r) {
     const float* __restrict x0 = a0 + std::ptrdiff_t(r) * a0_stride;
     const float* __restrict x1 = a1 + std::ptrdiff_t(r) * a1_stride;
     const float* __restrict y0 = b0 + std::ptrdiff_t(r) * b0_stride;
     const float* __restrict y1 = b1 + std::ptrdiff_t(r) * b1_stride;
-    for (int i = 0; i < blocks; i += L) {
+    if (width < kBlock) {
+      for (int i = 0; i < width; ++i) {
+        const float A = x0[i] + x1[i], B = y0[i] + y1[i];
+        if (!(B > 0)) continue;
+        const float A2 = A * A;
+        tail_a += A;
+        tail_b += B;
+        ++n_scored[0];
+        n_count[0] += want_count && passes(A, A2, B, c2, c_neg);
+        any |= passes(A, A2, B, s2, s_neg);
+      }
+      continue;
+    }
+    for (int i = 0, done = 0;; i += kBlock) {
+      if (i + kBlock > width) i = width - kBlock;
 #pragma omp simd
-      for (int l = 0; l < L; ++l) {
+      for (int l = 0; l < kBlock; ++l) {
         const float A = x0[i + l] + x1[i + l], B = y0[i + l] + y1[i + l];
-        const bool valid = B > 0;
+        const bool valid = B > 0 && i + l >= done;
         const float A2 = A * A;
         sa[l] += valid ? A : 0.0f;
         sb[l] += valid ? B : 0.0f;
@@ -89,22 +115,13 @@ TREE_KERNEL bool score_tile(const float* a0, int a0_stride, const float* a1, int
         if (want_count) n_count[l] += valid && passes(A, A2, B, c2, c_neg);
         hit[l] |= valid && passes(A, A2, B, s2, s_neg);
       }
-    }
-    for (int i = blocks; i < width; ++i) {
-      const float A = x0[i] + x1[i], B = y0[i] + y1[i];
-      if (!(B > 0)) continue;
-      const float A2 = A * A;
-      tail_a += A;
-      tail_b += B;
-      ++tail_scored;
-      tail_count += want_count && passes(A, A2, B, c2, c_neg);
-      tail_hit |= passes(A, A2, B, s2, s_neg);
+      done = i + kBlock;
+      if (done == width) break;
     }
   }
   double sumA = tail_a, sumB = tail_b;
-  std::int64_t scored = tail_scored, count = tail_count;
-  int any = tail_hit;
-  for (int l = 0; l < L; ++l) {
+  std::int64_t scored = 0, count = 0;
+  for (int l = 0; l < kBlock; ++l) {
     sumA += sa[l];
     sumB += sb[l];
     scored += n_scored[l];
