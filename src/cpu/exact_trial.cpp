@@ -5,13 +5,28 @@
 
 namespace shiftstack {
 
+namespace {
+// decode() for one sample; fp32 inline (the refinement's hot path), the rest through decode().
+inline DecodedSample sample(const EncodedStack& s, int e, std::size_t pixel) {
+  if (s.encoding != Encoding::fp32) return decode(s, e, pixel);
+  const std::size_t i = std::size_t(e) * s.plane_size() + pixel;
+  const float psi = s.fp32[2 * i], phi = s.fp32[2 * i + 1];
+  DecodedSample out;
+  if (!(phi > 0)) return out;
+  out.psi = s.psi_weight[e] * psi;
+  out.phi = s.phi_weight[e] * phi;
+  out.valid = true;
+  return out;
+}
+}  // namespace
+
 ExactTrialSums exact_integer_trial(const EncodedStack& s, const std::vector<double>& sx,
                                    const std::vector<double>& sy, int x, int y) {
   ExactTrialSums t;
   for (int e = 0; e < s.exposures; ++e) {
     const int px = x + round_shift(sx[e]), py = y + round_shift(sy[e]);
     if (px < 0 || py < 0 || px >= s.width || py >= s.height) continue;
-    const DecodedSample d = decode(s, e, std::size_t(py) * s.width + px);
+    const DecodedSample d = sample(s, e, std::size_t(py) * s.width + px);
     if (!d.valid) continue;
     t.A += d.psi;
     t.B += d.phi;
@@ -39,7 +54,7 @@ ExactTrialSums exact_bilinear_trial(const EncodedStack& s, const std::vector<dou
     for (int c = 0; c < 4; ++c) {
       valid[c] = false;
       if (cx[c] < 0 || cy[c] < 0 || cx[c] >= s.width || cy[c] >= s.height || w[c] == 0) continue;
-      const DecodedSample d = decode(s, e, std::size_t(cy[c]) * s.width + cx[c]);
+      const DecodedSample d = sample(s, e, std::size_t(cy[c]) * s.width + cx[c]);
       valid[c] = d.valid;
       psi[c] = d.psi;
       phi[c] = d.phi;
