@@ -351,24 +351,28 @@ struct Runner {
     const int Va = node.axis[0].size(), Vb = node.axis[1].size();
     require(!node.leaf(), "tree: internal: the root is a leaf (the engine falls back before this)");
     const std::array<MapsView, 2> view = children(0, arena, true);
-    for (int b = 0; b < Vb; ++b)
+    std::vector<RootSources> sources(Va);
+    std::vector<std::uint8_t> hit(Va);
+    for (int b = 0; b < Vb; ++b) {
+      // One row of root velocities per kernel call (same vy, every vx).
       for (int a = 0; a < Va; ++a) {
-        const std::int32_t v = std::int32_t(b) * Va + a;
         const Source s0 = child_source(0, 0, view[0], a, b), s1 = child_source(0, 1, view[1], a, b);
-        if (!score_tile(s0.A, s0.stride, s1.A, s1.stride, s0.B, s0.stride, s1.B, s1.stride, W, H, params.screen,
-                        params.count, params.want_count, out.score))
-          continue;
+        sources[a] = {s0.A, s1.A, s0.B, s1.B, s0.stride, s1.stride};
+      }
+      score_tile(sources.data(), Va, W, H, params.screen, params.count, params.want_count, out.score, hit.data());
+      for (int a = 0; a < Va; ++a) {
+        if (!hit[a]) continue;
         // Some trial passed the screen (rare): list them, with the kernel's arithmetic.
+        const RootSources& src = sources[a];
+        const std::int32_t v = std::int32_t(b) * Va + a;
         for (int r = 0; r < H; ++r)
           for (int i = 0; i < W; ++i) {
-            const float A = s0.A[std::size_t(r) * s0.stride + i] + s1.A[std::size_t(r) * s1.stride + i];
-            const float B = s0.B[std::size_t(r) * s0.stride + i] + s1.B[std::size_t(r) * s1.stride + i];
-            if (!(B > 0)) continue;
-            const float A2 = A * A, s2 = params.screen.z_squared;
-            const bool pass = params.screen.negative ? (A >= 0 || A2 < s2 * B) : (A > 0 && A2 > s2 * B);
-            if (pass) out.hits.push_back({x0 + i, y0 + r, v, A, B});
+            const float A = src.a0[std::size_t(r) * src.stride0 + i] + src.a1[std::size_t(r) * src.stride1 + i];
+            const float B = src.b0[std::size_t(r) * src.stride0 + i] + src.b1[std::size_t(r) * src.stride1 + i];
+            if (B > 0 && passes(A, B, params.screen)) out.hits.push_back({x0 + i, y0 + r, v, A, B});
           }
       }
+    }
     entries[0] += std::int64_t(Va) * Vb;
     additions[0] += std::int64_t(Va) * Vb * W * H;
   }

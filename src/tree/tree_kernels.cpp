@@ -60,79 +60,79 @@ TREE_KERNEL void accumulate_plane(float* out, int out_stride, const float* src, 
 
 ZTest z_test(double z) {
   ZTest t;
-  t.negative = z < 0;
-  t.z_squared = std::isinf(z) ? std::numeric_limits<float>::infinity() : float(z * z);
+  t.signed_square = std::isinf(z) ? float(z) : float(z * std::abs(z));
   return t;
 }
 
-namespace {
-// "Z > z" without a square root (see ZTest), and the per-trial work of score_tile.
-inline bool passes(float A, float A2, float B, float z2, bool negative) {
-  return negative ? (A >= 0 || A2 < z2 * B) : (A > 0 && A2 > z2 * B);
-}
-}  // namespace
-
-TREE_KERNEL bool score_tile(const float* a0, int a0_stride, const float* a1, int a1_stride, const float* b0,
-                            int b0_stride, const float* b1, int b1_stride, int width, int rows, ZTest screen,
-                            ZTest count_test, bool want_count, TileScore& out) {
-  // Lane accumulators over the call (FP32 partial sums of rows * width / 16 values each, about
-  // 1e-6 relative), added to the tile's double lanes at the end. A last block that overlaps the
-  // one before only counts its new lanes.
-  float sa[kBlock] = {}, sb[kBlock] = {};
-  int n_scored[kBlock] = {}, n_count[kBlock] = {}, hit[kBlock] = {};
-  const float s2 = screen.z_squared, c2 = count_test.z_squared;
-  const bool s_neg = screen.negative, c_neg = count_test.negative;
-  int any = 0;
+TREE_KERNEL void score_tile(const RootSources* sources, int velocities, int width, int rows, ZTest screen,
+                            ZTest count_test, bool want_count, TileScore& out, std::uint8_t* hit_out) {
+  // Lane accumulators: FP32 over one velocity (rows * width / 16 values each, about 1e-6
+  // relative), then added to double lanes; reduced once per call. A last block that overlaps
+  // the one before only counts its new lanes. Branch-free so that it vectorises.
+  double da[kBlock] = {}, db[kBlock] = {};
+  int n_scored[kBlock] = {}, n_count[kBlock] = {};
+  const float sz = screen.signed_square, cz = count_test.signed_square;
   double tail_a = 0, tail_b = 0;
-  for (int r = 0; r < rows; ++r) {
-    const float* __restrict x0 = a0 + std::ptrdiff_t(r) * a0_stride;
-    const float* __restrict x1 = a1 + std::ptrdiff_t(r) * a1_stride;
-    const float* __restrict y0 = b0 + std::ptrdiff_t(r) * b0_stride;
-    const float* __restrict y1 = b1 + std::ptrdiff_t(r) * b1_stride;
-    if (width < kBlock) {
-      for (int i = 0; i < width; ++i) {
-        const float A = x0[i] + x1[i], B = y0[i] + y1[i];
-        if (!(B > 0)) continue;
-        const float A2 = A * A;
-        tail_a += A;
-        tail_b += B;
-        ++n_scored[0];
-        n_count[0] += want_count && passes(A, A2, B, c2, c_neg);
-        any |= passes(A, A2, B, s2, s_neg);
+  std::int64_t tail_scored = 0, tail_count = 0;
+  for (int k = 0; k < velocities; ++k) {
+    const RootSources& src = sources[k];
+    float sa[kBlock] = {}, sb[kBlock] = {};
+    int hit[kBlock] = {};
+    int any = 0;
+    for (int r = 0; r < rows; ++r) {
+      const float* __restrict x0 = src.a0 + std::ptrdiff_t(r) * src.stride0;
+      const float* __restrict x1 = src.a1 + std::ptrdiff_t(r) * src.stride1;
+      const float* __restrict y0 = src.b0 + std::ptrdiff_t(r) * src.stride0;
+      const float* __restrict y1 = src.b1 + std::ptrdiff_t(r) * src.stride1;
+      if (width < kBlock) {
+        for (int i = 0; i < width; ++i) {
+          const float A = x0[i] + x1[i], B = y0[i] + y1[i];
+          if (!(B > 0)) continue;
+          tail_a += A;
+          tail_b += B;
+          ++tail_scored;
+          tail_count += passes(A, B, count_test);
+          any |= passes(A, B, screen);
+        }
+        continue;
       }
-      continue;
-    }
-    for (int i = 0, done = 0;; i += kBlock) {
-      if (i + kBlock > width) i = width - kBlock;
+      for (int i = 0, done = 0;; i += kBlock) {
+        if (i + kBlock > width) i = width - kBlock;
 #pragma omp simd
-      for (int l = 0; l < kBlock; ++l) {
-        const float A = x0[i + l] + x1[i + l], B = y0[i + l] + y1[i + l];
-        const bool valid = B > 0 && i + l >= done;
-        const float A2 = A * A;
-        sa[l] += valid ? A : 0.0f;
-        sb[l] += valid ? B : 0.0f;
-        n_scored[l] += valid;
-        if (want_count) n_count[l] += valid && passes(A, A2, B, c2, c_neg);
-        hit[l] |= valid && passes(A, A2, B, s2, s_neg);
+        for (int l = 0; l < kBlock; ++l) {
+          const float A = x0[i + l] + x1[i + l], B = y0[i + l] + y1[i + l];
+          const float q = A * std::fabs(A);
+          const int valid = int(B > 0) & int(i + l >= done);
+          sa[l] += valid ? A : 0.0f;
+          sb[l] += valid ? B : 0.0f;
+          n_scored[l] += valid;
+          n_count[l] += valid & int(q > cz * B);
+          hit[l] |= valid & int(q > sz * B);
+        }
+        done = i + kBlock;
+        if (done == width) break;
       }
-      done = i + kBlock;
-      if (done == width) break;
     }
+#pragma omp simd reduction(| : any)
+    for (int l = 0; l < kBlock; ++l) {
+      da[l] += sa[l];
+      db[l] += sb[l];
+      any |= hit[l];
+    }
+    hit_out[k] = any != 0;
   }
   double sumA = tail_a, sumB = tail_b;
-  std::int64_t scored = 0, count = 0;
+  std::int64_t scored = tail_scored, count = want_count ? tail_count : 0;
   for (int l = 0; l < kBlock; ++l) {
-    sumA += sa[l];
-    sumB += sb[l];
+    sumA += da[l];
+    sumB += db[l];
     scored += n_scored[l];
-    count += n_count[l];
-    any |= hit[l];
+    if (want_count) count += n_count[l];
   }
   out.sumA += sumA;
   out.sumB += sumB;
   out.scored += scored;
   out.count += count;
-  return any != 0;
 }
 
 TREE_KERNEL void clean_fp32_row(const float* pairs, int n, float psi_weight, float phi_weight, float* psi,

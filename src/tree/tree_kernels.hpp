@@ -12,24 +12,28 @@ void add_planes(float* out, int out_stride, const float* a, int a_stride, const 
 void copy_plane(float* out, int out_stride, const float* src, int src_stride, int width, int rows);
 void accumulate_plane(float* out, int out_stride, const float* src, int src_stride, int width, int rows);
 
-// A test "Z > z" on (A, B) without a square root: for z >= 0 it is A > 0 and A^2 > z^2 B; for
-// z < 0 it is A >= 0 or A^2 < z^2 B (B > 0 in both).
+// A test "Z > z" on (A, B), B > 0, without a square root or a branch: A |A| > z |z| B (both
+// sides are Z^2 and z^2 times B with their signs).
 struct ZTest {
-  float z_squared = 0;
-  bool negative = false;
+  float signed_square = 0;  // z |z|
 };
 ZTest z_test(double z);
+inline bool passes(float A, float B, ZTest t) { return A * (A < 0 ? -A : A) > t.signed_square * B; }
 
-// One root velocity over a tile of origins: A = a0 + a1, B = b0 + b1 per origin. Adds A and B
-// over scored trials (B > 0) to `out`, counts them and (when want_count) those passing
-// `count_test`. Returns whether any trial passes `screen` (rare: the caller then finds them).
+// Root velocities over a tile of origins: for velocity k, A = a0[k] + a1[k] and B = b0[k] +
+// b1[k] per origin (rows `stride` floats apart in each source). Adds A and B over scored trials
+// (B > 0) to `out`, counts them and (when want_count) those passing `count_test`; hit[k] says
+// whether some trial of velocity k passes `screen` (rare: the caller then lists them).
 struct TileScore {
   double sumA = 0, sumB = 0;
   std::int64_t scored = 0, count = 0;
 };
-bool score_tile(const float* a0, int a0_stride, const float* a1, int a1_stride, const float* b0, int b0_stride,
-                const float* b1, int b1_stride, int width, int rows, ZTest screen, ZTest count_test, bool want_count,
-                TileScore& out);
+struct RootSources {
+  const float *a0, *a1, *b0, *b1;
+  int stride0, stride1;
+};
+void score_tile(const RootSources* sources, int velocities, int width, int rows, ZTest screen, ZTest count_test,
+                bool want_count, TileScore& out, std::uint8_t* hit);
 
 // Band copies: weighted, cleaned (psi, phi) pairs as decode() would return them: (0, 0) where
 // decode() reports an invalid sample.
