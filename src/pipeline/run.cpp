@@ -231,7 +231,7 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
     std::ostringstream d;
     d << result.engine << ": " << double(result.digest.trials) << " trials x " << E << " exposures, maxZ "
       << format("%.2f", result.digest.maxZ) << ", " << out.threshold_crossings << " above lh_level "
-      << config.filter.lh_level << search_note;
+      << config.filter.lh_level << search_note << (result.note.empty() ? "" : "; " + result.note);
     stage.record("search", start, d.str());
   }
 
