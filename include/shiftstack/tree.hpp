@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "shiftstack/search.hpp"
+#include "shiftstack/synth.hpp"
 
 namespace shiftstack {
 
@@ -118,5 +119,50 @@ struct TreeDigestBounds {
 };
 TreeDigestBounds tree_digest_bounds(const EncodedStack& stack, const MotionBank& bank, const Region& region,
                                     const TreeOptions& options = {});
+
+// ---- sensitivity study of the tree (SPEC 7; docs/tree-search.md) -----------------------------
+// Sources injected at random sub-pixel origins and random velocities inside the bank's range.
+struct TreeStudyOptions {
+  KitOptions kit = workload("ci");
+  std::uint64_t seed = 5000;
+  int retention_injections = 64;             // noise-free injections (SNR 8): retention of tree Z
+  int null_cubes = 8;                        // null variance (near / away from masks), false alarms
+  int null_window = 64;                      // null variance over a window this wide (0: whole image)
+  std::vector<double> completeness_snr = {5, 6, 7, 8, 9, 10};
+  int injections_per_snr = 30;               // noisy injections per SNR, same cubes for every method
+  std::vector<double> margins = {0.5, 1.0, 1.5, 2.5};  // cpu-tree screen margins tried
+  bool verbose = false;
+};
+
+struct TreeStudyMethod {
+  std::string name;    // "cpu" or "cpu-tree margin m"
+  double margin = -1;  // -1 for the exhaustive engine
+  std::vector<int> detected;  // per completeness SNR
+  std::int64_t false_alarms = 0;  // null-cube trials above z_thr, all null cubes
+  double seconds_per_scan = 0;    // median over the completeness cubes
+};
+
+struct TreeStudyReport {
+  TreeStudyOptions options;
+  double z_thr = 0;
+  // Retention: per injection, tree Z / exact Z at the exact best trial of the neighbourhood
+  // (origin +-1 px, velocity +-1 step around the nearest bank trial), and best / best.
+  std::vector<double> retention_at_trial, retention_best;
+  double retention_mean = 0, retention_p01 = 0, retention_best_mean = 0, retention_best_p01 = 0;
+  // Null variance of the unrefined tree Z and of the exhaustive Z, near and away from masks,
+  // with jackknife errors over cubes.
+  double tree_var_near = 0, tree_var_near_se = 0, tree_var_away = 0, tree_var_away_se = 0;
+  double exact_var_near = 0, exact_var_near_se = 0, exact_var_away = 0, exact_var_away_se = 0;
+  std::int64_t null_trials_near = 0, null_trials_away = 0;
+  std::vector<TreeStudyMethod> methods;  // methods[0] is the exhaustive cpu engine
+  double seconds = 0;
+};
+
+TreeStudyReport run_tree_study(const TreeStudyOptions& options);
+std::string to_json(const TreeStudyReport& report, const std::string& provenance_json);
+std::string format_table(const TreeStudyReport& report);
+// completeness.svg, time_vs_completeness.svg, retention.svg, loss_curve.svg in folder.
+std::vector<std::string> write_tree_study_plots(const TreeStudyReport& report, const std::string& folder,
+                                                const std::string& footnote);
 
 }  // namespace shiftstack
