@@ -24,6 +24,7 @@ void register_engine(EngineInfo info) {
 const std::vector<EngineInfo>& engines() {
   static const bool registered = [] {
     register_cpu_engines();
+    register_tree_engines();
 #ifdef SHIFTSTACK_HAVE_CUDA
     register_cuda_engines();
 #endif

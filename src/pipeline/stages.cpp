@@ -232,7 +232,7 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
   std::ostringstream d;
   d << out.result.engine << ": " << double(out.result.digest.trials) << " trials x " << E << " exposures, maxZ "
     << format("%.2f", out.result.digest.maxZ) << ", " << out.result.candidates.size() << " above lh_level "
-    << config.filter.lh_level << note;
+    << config.filter.lh_level << note << (out.result.note.empty() ? "" : "; " + out.result.note);
   out.detail = d.str();
   return out;
 }
