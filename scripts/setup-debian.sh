@@ -10,6 +10,7 @@ packages=(
   # the Python module and its tests (`pip install .` builds through python3-skbuild)
   pybind11-dev python3-dev python3-numpy python3-pytest python3-astropy python3-matplotlib
   python3-skbuild python3-pip python3-venv
+  zlib1g-dev libopenmpi-dev openmpi-bin
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
 #ifdef SHIFTSTACK_HAVE_IO
   shiftstack::cli::add_search_commands(app);
 #endif
+#ifdef SHIFTSTACK_HAVE_MANY
+  shiftstack::cli::add_search_many_commands(app);
+#endif
 
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     sub->footer(sub->get_footer().empty() ? std::string(exit_codes_text) : sub->get_footer() + "\n\n" + exit_codes_text);
@@ -36,8 +39,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // Usage errors (bad option values included) name the option; exit code 0 for --help. An
-    // unknown command or option gets the closest known name.
+    // Usage errors (bad option values included) name the option; exit code 0 for --help;
+    // CLI::RuntimeError(n) is a command's own exit status n (search-many: 2 = some units failed).
+    // An unknown command or option gets the closest known name.
     if (e.get_exit_code() != 0) {
       const std::string hint = shiftstack::cli::unknown_argument_hint(app, argc, argv);
       if (!hint.empty()) {

@@ -37,6 +37,7 @@ struct SearchArgs {
   std::string output;  // empty: the config's result_filename, else results.ecsv
   std::string engine;
   std::string encoding;
+  std::string gpus;  // non-empty: the config key gpus
   std::vector<std::string> overrides;
   bool json = false, quiet = false, no_fits = false, no_stamps = false, unclustered = false;
 };
@@ -115,11 +116,13 @@ class StageMeter {
 void run_search_command(const SearchArgs& a) {
   const auto start = std::chrono::steady_clock::now();
   // Layers, later ones winning: defaults, a WorkUnit's embedded configuration, --config, --set.
+  std::vector<std::string> overrides = a.overrides;
+  if (!a.gpus.empty()) overrides.push_back("gpus=" + a.gpus);
   std::vector<std::string> early_warnings;
   const std::vector<std::string> files = io::expand_inputs(a.inputs);
   std::vector<io::ConfigLayer> layers = io::embedded_config_layers(files, early_warnings);
   if (!a.config_path.empty()) layers.push_back(io::config_file_layer(a.config_path));
-  io::SearchConfig config = io::parse_config(layers, a.overrides);
+  io::SearchConfig config = io::parse_config(layers, overrides);
   if (!a.quiet) {
     for (const auto& n : config.notices) std::fprintf(stderr, "shiftstack: note: %s\n", n.c_str());
     for (const auto& w : early_warnings) std::fprintf(stderr, "shiftstack: warning: %s\n", w.c_str());
@@ -276,6 +279,8 @@ void add_search_commands(CLI::App& app) {
   search->add_option("--engine", args->engine, "search engine (overrides the config's `engine`)");
   search->add_option("--encoding", args->encoding, "psi/phi storage: fp32, fp16 or int8 (overrides encode_num_bytes)")
       ->check(CLI::IsMember({"fp32", "fp16", "int8"}));
+  search->add_option("--gpus", args->gpus,
+                     "split the search over GPUs: all, N (the first N) or a list 0,1 (the config's `gpus`)");
   // One value per --set, so that inputs after it are not taken as more overrides.
   search->add_option("--set", args->overrides, "override a config key: --set lh_level=8 --set generator_config.vx_steps=33")
       ->allow_extra_args(false);

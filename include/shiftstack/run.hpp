@@ -47,6 +47,7 @@ struct RunOutput {
   std::string engine;
   Encoding encoding = Encoding::fp32;
   std::string likelihood_device = "cpu";  // where psi/phi were computed and encoded: cpu or gpu
+  std::vector<int> devices;  // the search's device bands (config gpus); {0}: one search, as always
   Digest digest;             // of the whole search (SPEC 4)
   std::int64_t threshold_crossings = 0;  // candidates the engine returned (Z > lh_level)
   FilterStats filter;

@@ -24,6 +24,7 @@ void register_engine(EngineInfo info) {
 const std::vector<EngineInfo>& engines() {
   static const bool registered = [] {
     register_cpu_engines();
+    register_tree_engines();
 #ifdef SHIFTSTACK_HAVE_CUDA
     register_cuda_engines();
 #endif
@@ -67,8 +68,10 @@ Region resolve(const Region& region, int image_width, int image_height) {
 }
 
 double digest_threshold(const SearchInput& input) {
-  return bonferroni_threshold(input.policy.alpha,
-                              double(input.region.count()) * double(input.bank->size()));
+  const double trials = input.policy.bonferroni_trials > 0
+                            ? input.policy.bonferroni_trials
+                            : double(input.region.count()) * double(input.bank->size());
+  return bonferroni_threshold(input.policy.alpha, trials);
 }
 
 void ProgressCounter::add(std::int64_t trials) {
@@ -108,6 +111,7 @@ SearchResult search(Engine& engine, const EncodedStack& stack, const MotionBank&
           "fractional shifts need the covariance planes: compute the likelihood with covariances");
   require(policy.top_k >= 0, "top_k must be >= 0");
   require(policy.max_candidates > 0, "max_candidates must be > 0");
+  require(policy.bonferroni_trials >= 0, "bonferroni_trials must be >= 0 (0: the search's own trials)");
   SearchInput input{&stack, &bank, resolve(region, stack.width, stack.height), policy};
 
   // Outputs that scale with origins x k must fit in memory: say so before allocating.

@@ -16,6 +16,7 @@
 
 #include "io/config_internal.hpp"
 #include "shiftstack/error.hpp"
+#include "shiftstack/multi_device.hpp"
 
 namespace shiftstack::io {
 
@@ -61,6 +62,7 @@ encode_num_bytes: -1        # [KBMOD] psi/phi storage: -1 or 4 float32, 2 float1
 engine: auto                # auto: the fastest available engine; or one by name (reference, cpu, ...)
 cpu_only: false             # [KBMOD] with engine auto, never pick a GPU engine
 likelihood_device: auto     # psi/phi maps and encoding: auto (GPU if present and allowed) | gpu | cpu
+gpus: 1                     # GPUs one search is split over: 1 | all | N (the first N) | [0, 1] (a repeat shares a card)
 x_pixel_bounds: null        # [KBMOD] [start, end): the trajectories' x at the first epoch; null: all
 y_pixel_bounds: null        # [KBMOD] [start, end): the trajectories' y at the first epoch
 results_per_pixel: 8        # [KBMOD] before the light-curve filter, keep the best this many trials per
@@ -261,6 +263,22 @@ SearchConfig convert(const YAML::Node& c, Problems& p) {
   p.check([&] { s.engine = get_string(c["engine"], "engine"); });
   p.check([&] { s.cpu_only = get_bool(c["cpu_only"], "cpu_only"); });
   p.check([&] { s.likelihood_device = get_choice(c["likelihood_device"], "likelihood_device", {"auto", "gpu", "cpu"}); });
+  p.check([&] {
+    // gpus: a scalar (1, all, N, "0,1") or a list of device indices; checked where devices are known.
+    constexpr std::int64_t max_device = 1 << 16;
+    if (c["gpus"].IsSequence()) {
+      s.gpus.clear();
+      for (const auto& d : c["gpus"]) s.gpus += std::to_string(get_int(d, "gpus", 0, max_device)) + ",";
+      if (c["gpus"].size() > 1) s.gpus.pop_back();  // "1," stays a one-device list
+    } else {
+      s.gpus = get_string(c["gpus"], "gpus");
+    }
+    try {
+      if (s.gpus != "all") parse_device_list(s.gpus, std::numeric_limits<int>::max());  // syntax only here
+    } catch (const Error& e) {
+      throw Error(std::string("config key gpus: ") + e.what());
+    }
+  });
   p.check([&] { s.x_bounds = get_bounds(c["x_pixel_bounds"], "x_pixel_bounds"); });
   p.check([&] { s.y_bounds = get_bounds(c["y_pixel_bounds"], "y_pixel_bounds"); });
   p.check([&] {

@@ -84,6 +84,7 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
                                       search_progress);
   out.warnings.insert(out.warnings.end(), searched.warnings.begin(), searched.warnings.end());
   out.engine = searched.result.engine;
+  out.devices = searched.devices;
   out.digest = searched.result.digest;
   out.threshold_crossings = std::int64_t(searched.result.candidates.size());
   stage.record("search", start, searched.detail);
@@ -236,6 +237,7 @@ nlohmann::json run_summary(const RunOutput& run, const SearchConfig& config, con
           {"engine", run.engine},
           {"encoding", to_string(run.encoding)},
           {"likelihood_device", run.likelihood_device},
+          {"devices", run.devices},
           {"bank",
            {{"velocities", run.bank.size()},
             {"t_ref", run.bank.t_ref},

@@ -9,6 +9,7 @@
 
 #include "shiftstack/encoding.hpp"
 #include "shiftstack/error.hpp"
+#include "shiftstack/multi_device.hpp"
 
 namespace shiftstack::io {
 
@@ -213,7 +214,31 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
 #else
   (void)cube_on_gpu;
 #endif
-  out.result = search(*engine, cube, bank, policy, region);
+  // gpus: one search split over several devices (the same digest; multi_device.hpp). CPU engines
+  // have no devices: "all" is one band there, a count or a list gives that many bands in turn.
+  const bool gpu_engine = [&] {
+    for (const auto& e : engines())
+      if (e.name == engine->name()) return e.gpu;
+    return false;
+  }();
+  out.devices = config.gpus == "all" && !gpu_engine
+                    ? std::vector<int>{0}
+                    : parse_device_list(config.gpus, gpu_engine ? visible_device_count() : std::numeric_limits<int>::max());
+  if (out.devices.size() > 1 || out.devices.front() != 0) {
+#ifdef SHIFTSTACK_HAVE_CUDA
+    // Every device uploads its band from the host copy.
+    if (cube_on_gpu && cuda::reads_device_cube(engine->name())) {
+      cuda::download_device_cube(*encoded.stack);
+      note = " (cube fetched from the GPU)";
+    }
+#endif
+    DeviceSplit split{out.devices, {}, false};
+    out.result = search_on_devices(engine->name(), cube, bank, policy, region, split);
+    note += " over " + std::to_string(out.devices.size()) + " device band(s) " + config.gpus +
+            (split.parallel ? " in parallel" : " in turn");
+  } else {
+    out.result = search(*engine, cube, bank, policy, region);
+  }
   const int E = cube.exposures;
   encoded.stack.reset();
 #ifdef SHIFTSTACK_HAVE_CUDA
@@ -222,8 +247,7 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
   std::ostringstream d;
   d << out.result.engine << ": " << double(out.result.digest.trials) << " trials x " << E << " exposures, maxZ "
     << format("%.2f", out.result.digest.maxZ) << ", " << out.result.candidates.size() << " above lh_level "
-    << config.filter.lh_level;
-  d << note;
+    << config.filter.lh_level << note << (out.result.note.empty() ? "" : "; " + out.result.note);
   out.detail = d.str();
   return out;
 }

@@ -68,6 +68,7 @@ EncodeStage kept_cube(const EncodedStack& kept, Encoding encoding, int exposures
 struct SearchStage {
   SearchResult result;
   std::vector<std::string> warnings;
+  std::vector<int> devices;  // the device bands of config gpus ({0}: one search)
   std::string detail;
 };
 SearchStage search_stage(const SearchConfig& config, const std::string& requested, EncodeStage encoded,

@@ -53,6 +53,7 @@ struct SearchConfig {
   std::string engine = "auto";
   bool cpu_only = false;
   std::string likelihood_device = "auto";  // where psi/phi are computed and encoded: auto, gpu, cpu
+  std::string gpus = "1";  // devices one search is split over: 1, all, N, or a list "0,1" (multi_device.hpp)
   // KBMOD's x/y_pixel_bounds: [start, end) of the trajectories' pixel at the first epoch.
   std::optional<std::array<int, 2>> x_bounds, y_bounds;
   std::optional<int> results_per_pixel = 8;  // best k per starting pixel (KBMOD); nullopt = all above lh_level
