@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -18,6 +19,7 @@
 #include "options.hpp"
 #include "progress.hpp"
 #include "run_info.hpp"
+#include "shiftstack/cpu_engine.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"
 
@@ -79,6 +81,13 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// User + system time of the whole process (every thread), in seconds.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
 bool same_digest(const Digest& a, const Digest& b) {
@@ -157,6 +166,14 @@ void run_bench(const BenchOptions& o) {
   std::unique_ptr<AtomicFile> json_out;
   if (!o.json_file.empty()) json_out = std::make_unique<AtomicFile>(o.json_file);
 
+  // The cpu engine's SIMD target (and an error for a bad SHIFTSTACK_CPU_TARGET) before any work.
+  std::string cpu_target_line;
+  if (std::find(engine_list.begin(), engine_list.end(), "cpu") != engine_list.end()) {
+    cpu_target_line = "cpu engine SIMD target: " + cpu_engine_target(*make_cpu_engine()) + " (runnable here:";
+    for (const std::string& name : cpu_engine_targets()) cpu_target_line += " " + name;
+    cpu_target_line += "; SHIFTSTACK_CPU_TARGET picks one)";
+  }
+
   progress.show("bench: making the " + workload_label + " stack");
   const KitStack kit = make_kit(kit_options);
   progress.show("bench: likelihood maps");
@@ -177,6 +194,8 @@ void run_bench(const BenchOptions& o) {
               workload_label.c_str(), kit_options.exposures, kit_options.width, kit_options.height,
               kit_options.vx_count, kit_options.vy_count, V, paired_samples, o.shifts.c_str(),
               static_cast<unsigned long long>(o.seed), omp_get_max_threads());
+
+  if (!cpu_target_line.empty()) std::printf("%s\n", cpu_target_line.c_str());
 
   std::unique_ptr<Baseline> baseline;
   if (baseline_name != "none") {
@@ -226,6 +245,7 @@ void run_bench(const BenchOptions& o) {
       }
       const EncodedStack& stack = stack_for(encoding);
       auto engine = info.make();
+      if (const std::string target = cpu_engine_target(*engine); !target.empty()) record["cpu_target"] = target;
       const OutputPolicy policy;
       const SearchInput probe{&stack, &kit.bank, resolve({}, stack.width, stack.height), policy};
       const std::string reason = engine->unsupported_reason(probe);
@@ -234,7 +254,7 @@ void run_bench(const BenchOptions& o) {
         continue;
       }
 
-      std::vector<double> seconds;
+      std::vector<double> seconds, cpu_seconds;
       Digest digest;
       bool deterministic = true;
       for (int run = 0; run < o.warmup + o.runs; ++run) {
@@ -242,7 +262,9 @@ void run_bench(const BenchOptions& o) {
         progress.show("bench: " + engine_name + " " + encoding + (timed ? " run " : " warm-up ") +
                       std::to_string(timed ? run - o.warmup + 1 : run + 1) + "/" +
                       std::to_string(timed ? o.runs : o.warmup));
+        const double cpu_before = process_cpu_seconds();
         const SearchResult r = search(*engine, stack, kit.bank, policy);
+        if (timed) cpu_seconds.push_back(process_cpu_seconds() - cpu_before);
         if (run > 0 && !same_digest(r.digest, digest)) deterministic = false;
         digest = r.digest;
         if (timed) seconds.push_back(r.seconds);
@@ -253,6 +275,7 @@ void run_bench(const BenchOptions& o) {
       record["seconds_min"] = *std::min_element(seconds.begin(), seconds.end());
       record["seconds_max"] = *std::max_element(seconds.begin(), seconds.end());
       record["samples_per_second"] = paired_samples / t;
+      record["cpu_seconds_median"] = median(cpu_seconds);
       record["digest"] = nlohmann::json::parse(to_json(digest));
       record["deterministic"] = deterministic;
 
