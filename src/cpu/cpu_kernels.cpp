@@ -75,23 +75,26 @@ HWY_INLINE VF load(const std::uint16_t* p) {  // IEEE halves
 }
 
 // The weights (p[0], p[1]) of interleaved (psi, phi) pairs: vector k is multiplied by of(k).
-// With two or more lanes both halves are the pattern (p0, p1, p0, p1, ...); with one lane, even
-// vectors hold psi and odd ones phi.
+// With two or more lanes that is the pattern (p0, p1, p0, p1, ...) for every vector; with one
+// lane, even vectors hold psi and odd ones phi. (One member where one suffices: a choice between
+// two members would keep the struct in memory.)
+#if HWY_TARGET == HWY_SCALAR
 struct PairWeight {
   VF even, odd;
   HWY_INLINE VF of(int k) const { return k & 1 ? odd : even; }
 };
-HWY_INLINE PairWeight pair_weight(const float* p) {
-  const DF d;
-#if HWY_TARGET == HWY_SCALAR
-  return {hn::Set(d, p[0]), hn::Set(d, p[1])};
+HWY_INLINE PairWeight pair_weight(const float* p) { return {hn::Set(DF(), p[0]), hn::Set(DF(), p[1])}; }
 #else
+struct PairWeight {
+  VF both;
+  HWY_INLINE VF of(int) const { return both; }
+};
+HWY_INLINE PairWeight pair_weight(const float* p) {
   std::uint64_t bits;
   std::memcpy(&bits, p, sizeof bits);
-  const VF w = hn::BitCast(d, hn::Set(hn::Repartition<std::uint64_t, DF>(), bits));
-  return {w, w};
-#endif
+  return {hn::BitCast(DF(), hn::Set(hn::Repartition<std::uint64_t, DF>(), bits))};
 }
+#endif
 
 // Splits two vectors of interleaved pairs into their even (psi/A) and odd (phi/B) elements.
 HWY_INLINE void deinterleave(VF lo, VF hi, VF& even, VF& odd) {
