@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libcli11-dev libboost-math-dev nlohmann-json3-dev
   libcfitsio-dev wcslib-dev libyaml-cpp-dev
+  libhwy-dev
 )
 missing=()
 for p in "${packages[@]}"; do
