@@ -1,6 +1,6 @@
 // The fast `cpu` engine's SIMD targets. One binary carries the engine's vector code for several
 // instruction sets (x86-64: AVX3 = AVX-512 F/BW/DQ/VL, AVX2 with FMA and F16C, SSE4, SSSE3 and
-// portable scalar code; Arm: NEON and scalar) and runs the best one the processor supports. The
+// portable scalar code; 64-bit Arm: NEON) and runs the best one the processor supports. The
 // environment variable SHIFTSTACK_CPU_TARGET, or make_cpu_engine(name), picks another, e.g. to
 // compare them or to check a narrower machine's code path.
 #pragma once
