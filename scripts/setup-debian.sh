@@ -11,6 +11,7 @@ packages=(
   pybind11-dev python3-dev python3-numpy python3-pytest python3-astropy python3-matplotlib
   python3-skbuild python3-pip python3-venv
   zlib1g-dev libopenmpi-dev openmpi-bin
+  libhwy-dev
 )
 missing=()
 for p in "${packages[@]}"; do

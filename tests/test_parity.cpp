@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "shiftstack/tree.hpp"
+#include "shiftstack/cpu_engine.hpp"
 #include "test_support.hpp"
 
 using namespace shiftstack;
@@ -22,6 +23,7 @@ struct Case {
   std::string engine;
   Encoding encoding;
   ShiftMode mode;
+  std::string cpu_target;  // `cpu`: the SIMD target (every one this machine runs is a case)
 };
 
 std::string mode_name(ShiftMode m) { return m == ShiftMode::integer ? "integer" : "fractional"; }
@@ -61,9 +63,12 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   for (const auto& info : engines()) {
     if (info.name == "reference" || info.gpu != bool(SHIFTSTACK_PARITY_GPU)) continue;
-    for (Encoding enc : all_encodings())
-      for (ShiftMode mode : {ShiftMode::integer, ShiftMode::fractional})
-        out.push_back({info.name, enc, mode});
+    const std::vector<std::string> targets =
+        info.name == "cpu" ? cpu_engine_targets() : std::vector<std::string>{""};
+    for (const std::string& target : targets)
+      for (Encoding enc : all_encodings())
+        for (ShiftMode mode : {ShiftMode::integer, ShiftMode::fractional})
+          out.push_back({info.name, enc, mode, target});
   }
   return out;
 }
@@ -83,7 +88,8 @@ TEST_P(Parity, AgreesWithReference) {
   const EngineInfo& info = info_for(c.engine);
   if (!info.available()) GTEST_SKIP() << c.engine << " is not available here (no device)";
   const Reference& ref = reference_for(c.encoding, c.mode);
-  auto engine = info.make();
+  auto engine = c.cpu_target.empty() ? info.make() : make_cpu_engine(c.cpu_target);
+  ASSERT_EQ(cpu_engine_target(*engine), c.cpu_target);
   OutputPolicy policy;
   policy.collect_candidates = true;
   policy.candidate_threshold = ref.result.digest.z_thr - 1e-4;
@@ -160,8 +166,9 @@ TEST_P(Parity, AgreesWithReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllEngines, Parity, ::testing::ValuesIn(cases()), [](const auto& param) {
-      std::string name = param.param.engine + "_" + to_string(param.param.encoding) + "_" +
-                         mode_name(param.param.mode);
+      std::string name = param.param.engine + "_" +
+                         (param.param.cpu_target.empty() ? "" : param.param.cpu_target + "_") +
+                         to_string(param.param.encoding) + "_" + mode_name(param.param.mode);
       for (char& ch : name)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return name;
