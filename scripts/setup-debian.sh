@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libcli11-dev libboost-math-dev nlohmann-json3-dev
-  libcfitsio-dev wcslib-dev libyaml-cpp-dev
+  libcfitsio-dev wcslib-dev libyaml-cpp-dev zlib1g-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,7 @@
 
 #include "shiftstack/digest.hpp"
 #include "shiftstack/encoding.hpp"
+#include "shiftstack/limits.hpp"
 #include "shiftstack/motion.hpp"
 
 namespace shiftstack {
@@ -25,6 +26,7 @@ struct OutputPolicy {
   double candidate_threshold = 5;  // compact list: every trial with Z > this
   std::int64_t max_candidates = std::int64_t(1) << 26;  // beyond this: Error, never truncation
   int top_k = 0;                  // best k trials per origin (KBMOD's results_per_pixel); 0 = off
+  SearchLimits limits;            // trial count, shift range and memory, checked by search()
 };
 
 struct Candidate {
