@@ -577,11 +577,12 @@ void check_structure(const Bytes& bytes, const std::string& label, const GuardLi
   std::uint64_t offset = 0;
   for (int index = 0; offset < bytes.size(); ++index) {
     if (index > 0) {
-      // Anything after the last HDU that is not an extension header is ignored, as cfitsio does.
-      if (offset + block_size > bytes.size()) break;
+      // Anything after the last HDU that is not an extension header is ignored, as cfitsio
+      // does; an extension header cut short is not (cfitsio would silently see one HDU less).
       char first[8];
-      bytes.read(offset, 8, first);
-      if (std::strncmp(first, "XTENSION", 8) != 0) break;
+      const std::size_t n = std::size_t(std::min<std::uint64_t>(8, bytes.size() - offset));
+      bytes.read(offset, n, first);
+      if (n < 8 || std::strncmp(first, "XTENSION", 8) != 0) break;
     }
     const HduHeader h = reader.read(offset, index);
     const Keys keys(h, label);
