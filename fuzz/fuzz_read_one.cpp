@@ -7,6 +7,11 @@
 #include "shiftstack/error.hpp"
 #include "shiftstack/io/fits.hpp"
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  shiftstack::fuzz::set_fuzz_budget();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string path = shiftstack::fuzz::write_input("one.fits", data, size);
   shiftstack::io::ReadOptions options;

@@ -8,6 +8,11 @@
 #include "shiftstack/error.hpp"
 #include "shiftstack/io/fits.hpp"
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  shiftstack::fuzz::set_fuzz_budget();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 4) return 0;
   std::uint32_t first = 0;

@@ -39,7 +39,7 @@ cmake --build "$build" -j "$jobs" --target fuzz_make_seeds "${targets[@]}"
 
 seeds="$build/seeds"
 rm -rf "$seeds"
-"$build/fuzz/fuzz_make_seeds" "$seeds" > /dev/null
+"$build/bin/fuzz_make_seeds" "$seeds" > /dev/null
 # Third-party fixtures and the reproducers join the single-file corpus.
 for f in tests/data/fixtures/*/*.fits tests/data/repro/*.fits; do
   [ -f "$f" ] && cp "$f" "$seeds/read_one/$(basename "$(dirname "$f")")_$(basename "$f")"
@@ -58,7 +58,7 @@ for target in "${targets[@]}"; do
   mkdir -p "$corpus"
   echo "fuzz: $target ($mode)" >&2
   # -timeout: an input that takes over 10 s is a hang; -rss_limit_mb: an allocation runaway.
-  if ! "$build/fuzz/$target" "$mode" -timeout=10 -rss_limit_mb=2560 -max_len=131072 -print_final_stats=1 \
+  if ! "$build/bin/$target" "$mode" -timeout=10 -rss_limit_mb=2560 -max_len=131072 -print_final_stats=1 \
       -artifact_prefix="$build/findings/$name-" "$corpus" "$seeds/$name" 2> "$build/$name.log"; then
     echo "fuzz: $target found a problem (see $build/$name.log and $build/findings/)" >&2
     tail -40 "$build/$name.log" >&2
