@@ -7,6 +7,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libcli11-dev libboost-math-dev nlohmann-json3-dev
   libcfitsio-dev wcslib-dev libyaml-cpp-dev zlib1g-dev
+  # the fuzz targets (fuzz/run.sh, the fuzz_smoke test): Clang with libFuzzer and OpenMP
+  clang libclang-rt-dev libomp-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -204,4 +204,39 @@ TEST(ReliabilityOutputs, OwnOutputsAreNeverReadAndNeverOverwriteInputs) {
   EXPECT_TRUE(has(error_of([&] { expand_inputs({paths.stamps}); }), "is a shiftstack output (stamps)"));
 }
 
+// ---- fuzz findings --------------------------------------------------------------------------
+
+TEST(ReliabilityFuzz, EveryFindingReadsBackAsAnError) {
+  // Inputs the fuzz targets once flagged (a leak, a crash, a hang): each must now give an
+  // Error, and nothing the sanitizer build would report.
+  const fs::path folder = fs::path(SHIFTSTACK_SOURCE_DIR) / "tests/data/fuzz";
+  int count = 0;
+  TempDir dir;
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "README.md") continue;
+    const std::string bytes = slurp(entry.path().string());
+    std::vector<std::string> files;
+    if (name.rfind("read_pair-", 0) == 0) {
+      // fuzz_read_pair's format: a 4-byte little-endian length, the first file, the second.
+      ASSERT_GE(bytes.size(), 4u) << name;
+      std::size_t n = 0;
+      for (int i = 0; i < 4; ++i) n |= std::size_t(static_cast<unsigned char>(bytes[std::size_t(i)])) << (8 * i);
+      n = std::min(n, bytes.size() - 4);
+      put(dir.file("a.fits"), bytes.substr(4, n));
+      put(dir.file("b.fits"), bytes.substr(4 + n));
+      files = {dir.file("a.fits"), dir.file("b.fits")};
+    } else {
+      put(dir.file("one.fits"), bytes);
+      files = {dir.file("one.fits")};
+    }
+    try {
+      read_exposures(files, ReadOptions{});
+    } catch (const Error&) {
+    }
+    ++count;
+  }
+  EXPECT_GT(count, 0);
+}
+
 }  // namespace shiftstack::io

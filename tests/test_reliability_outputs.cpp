@@ -163,9 +163,11 @@ TEST(ReliabilitySet, LeftoversOfAKilledRunAreRemovedAndReported) {
   fs::create_directory(dir.file(".results.run-999-dead-0"));
   std::ofstream(dir.file(".results.run-999-dead-0/results.ecsv")) << "partial";
   std::ofstream(dir.file(".results.fits.tmp-999-3")) << "partial";
+  ASSERT_EQ(::symlink(".results.run-999-dead-0", dir.file("..results.set.link-999-1").c_str()), 0);
   const auto notes = prepare_outputs(paths, {});
   ASSERT_EQ(notes.size(), 1u);
-  EXPECT_TRUE(has(notes[0], "removed 2 leftover")) << notes[0];
+  EXPECT_TRUE(has(notes[0], "removed 3 leftover")) << notes[0];
+  EXPECT_FALSE(fs::is_symlink(dir.file("..results.set.link-999-1")));
   EXPECT_FALSE(fs::exists(dir.file(".results.run-999-dead-0")));
   EXPECT_FALSE(fs::exists(dir.file(".results.fits.tmp-999-3")));
   // Nothing was ever committed: no final name resolves to anything.

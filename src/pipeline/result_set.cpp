@@ -37,6 +37,16 @@ std::string unique_id() {
 
 std::string errno_text() { return system_error_text(errno); }
 
+// ".<name>.<tag>-<unique id>": a hidden sibling for a step in progress. (Appended piece by piece:
+// GCC 12 warns falsely about "." + std::string.)
+std::string hidden_sibling(const std::string& name, const char* tag) {
+  std::string out(".");
+  out += name;
+  out += tag;
+  out += unique_id();
+  return out;
+}
+
 // lstat: the entry itself, not what a link points to.
 bool entry_exists(const fs::path& p, struct stat* st = nullptr) {
   struct stat s {};
@@ -54,7 +64,7 @@ std::string read_link(const fs::path& p) {
 
 // Points `link` at `target` with one rename, whatever `link` was before.
 void replace_with_link(const std::string& target, const fs::path& link) {
-  const fs::path temporary = link.parent_path() / ("." + link.filename().string() + ".link-" + unique_id());
+  const fs::path temporary = link.parent_path() / hidden_sibling(link.filename().string(), ".link-");
   if (::symlink(target.c_str(), temporary.c_str()) != 0)
     throw Error(link.string() + ": cannot create a symbolic link: " + errno_text());
   if (::rename(temporary.c_str(), link.c_str()) != 0) {
@@ -66,7 +76,7 @@ void replace_with_link(const std::string& target, const fs::path& link) {
 
 // A second name for the file `from` resolves to (hard link; a copy where links are refused).
 void adopt(const fs::path& from, const fs::path& to) {
-  const fs::path temporary = to.parent_path() / ("." + to.filename().string() + ".adopt-" + unique_id());
+  const fs::path temporary = to.parent_path() / hidden_sibling(to.filename().string(), ".adopt-");
   if (::linkat(AT_FDCWD, from.c_str(), AT_FDCWD, temporary.c_str(), AT_SYMLINK_FOLLOW) != 0) {
     std::error_code ec;
     fs::copy_file(from, temporary, ec);
@@ -173,7 +183,7 @@ std::vector<std::string> prepare_result_set(const ResultSetLayout& layout) {
     bool stale = name.rfind(layout.run_prefix(), 0) == 0 && name != current;
     for (const std::string& family : layout.family)
       stale = stale || name.rfind("." + family + ".tmp-", 0) == 0 || name.rfind("." + family + ".link-", 0) == 0;
-    stale = stale || name.rfind("." + layout.stem + ".set.link-", 0) == 0 ||
+    stale = stale || name.rfind("." + layout.current_link().filename().string() + ".link-", 0) == 0 ||
             name.rfind("." + layout.stem + ".probe-", 0) == 0 || name.rfind("." + layout.stem + ".linkprobe-", 0) == 0;
     if (stale) {
       remove_quietly(entry.path());
