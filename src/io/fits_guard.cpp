@@ -16,6 +16,7 @@
 #include <cstring>
 #include <optional>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "shiftstack/error.hpp"
@@ -176,7 +177,7 @@ class HeaderReader {
     h.where = "HDU " + std::to_string(index);
     char block[block_size];
     int number = 0;
-    std::set<std::string> seen;
+    std::map<std::string, std::string> seen;  // structural keyword -> its first value
     for (std::uint64_t at = offset;; at += block_size) {
       if (at + block_size > bytes_.size())
         throw Error(label_ + ": truncated inside the header of " + h.where + " (no END card before the end of the " +
@@ -192,9 +193,13 @@ class HeaderReader {
         }
         Card card = parse_card(raw, number);
         check_card(h, raw, card);
-        if (structural(card.key) && card.has_value && !seen.insert(card.key).second)
-          throw Error(label_ + ": " + h.where + ": keyword " + card.key + " appears twice (card " +
-                      std::to_string(number) + "); the header is corrupt");
+        if (structural(card.key) && card.has_value) {
+          const auto [it, first] = seen.emplace(card.key, card.value);
+          if (!first && it->second != card.value)
+            throw Error(label_ + ": " + h.where + ": keyword " + card.key + " appears twice with different values (" +
+                        printable(it->second) + ", then " + printable(card.value) + " at card " +
+                        std::to_string(number) + "); the header is ambiguous");
+        }
         h.cards.push_back(std::move(card));
       }
     }
@@ -206,18 +211,20 @@ class HeaderReader {
   }
 
   void check_card(const HduHeader& h, const char* raw, const Card& card) const {
-    // Keyword names are upper-case letters, digits, '-' and '_' (FITS 4.1.2.1).
+    // Keyword names are printable ASCII (FITS 4.1.2.1 asks for upper case, digits, '-' and '_';
+    // older files use lower case too, which cfitsio accepts). Bytes beyond that are damage.
     for (int k = 0; k < 8; ++k) {
-      const char c = raw[k];
-      if (!((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == ' '))
+      const unsigned char c = static_cast<unsigned char>(raw[k]);
+      if (c < 0x20 || c >= 0x7f)
         throw Error(label_ + ": " + h.where + ": header card " + std::to_string(card.number) + " has an invalid " +
                     "keyword name '" + printable(std::string(raw, 8)) + "'; the header is corrupt");
     }
-    if (!card.has_value) return;
-    // A value holds printable ASCII only (FITS 4.2); comments after it are left to the reader.
+    // The values that decide sizes and decompression must be clean printable ASCII (FITS 4.2);
+    // other cards are left to the reader, which only looks at the keywords it needs.
+    if (!card.has_value || !structural(card.key)) return;
     const std::string& v = card.value;
     const bool ascii = std::all_of(v.begin(), v.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
-    if (!ascii || (card.malformed && structural(card.key)))
+    if (!ascii || card.malformed)
       throw Error(label_ + ": " + h.where + ": keyword " + card.key + " has a malformed value '" + printable(v) +
                   "' (card " + std::to_string(card.number) + "); the header is corrupt");
   }
@@ -322,10 +329,10 @@ ColumnForm parse_tform(const Keys& keys, const std::string& key, const std::stri
   if (digits >= form.size()) keys.fail("keyword " + key + " = '" + form + "' has no data type");
   f.type = form[digits];
   if (f.type == 'P' || f.type == 'Q') {
-    if (digits + 1 >= form.size() || element_bytes(form[digits + 1]) == 0)
-      if (!(digits + 1 < form.size() && form[digits + 1] == 'X'))
-        keys.fail("keyword " + key + " = '" + form + "' has no valid array element type");
-    f.element = form[digits + 1];
+    const char element = digits + 1 < form.size() ? form[digits + 1] : 0;
+    if (element != 'X' && element_bytes(element) == 0)
+      keys.fail("keyword " + key + " = '" + form + "' has no valid array element type");
+    f.element = element;
     if (f.repeat > 1) keys.fail("keyword " + key + " = '" + form + "': a descriptor column holds one descriptor");
     f.width = f.repeat * (f.type == 'P' ? 8 : 16);
     return f;
