@@ -70,6 +70,28 @@ for ((i = 1; i <= runs; ++i)); do
   phase[${last:-start}]=$(( ${phase[${last:-start}]:-0} + 1 ))
   seen="$now"
 done
+# Then, where strace exists, a kill at each file-system call of a run in turn (the random kills
+# above rarely land in the few milliseconds of the commit itself).
+swept=0
+if command -v strace > /dev/null; then
+  calls=rename,renameat,renameat2,symlink,symlinkat,linkat,unlink,unlinkat,mkdir,mkdirat,fsync,fdatasync
+  strace -f -qq -o strace.log -e trace="$calls" "$bin" "${args[@]}" 2> /dev/null
+  count=$(grep -c -E "($(echo "$calls" | tr , '|'))\(" strace.log || true)
+  seen="$(check_set)"
+  killed=0
+  for ((n = 1; n <= count; ++n)); do
+    rc=0
+    (strace -f -qq -o /dev/null -e trace="$calls" -e inject="$calls":signal=SIGKILL:when="$n" \
+      "$bin" "${args[@]}") > /dev/null 2>&1 || rc=$?
+    [ "$rc" -eq 137 ] && killed=$((killed + 1))
+    now="$(check_set)" || { echo "kill test: a kill at file-system call $n broke the set; see $work" >&2; exit 1; }
+    if [ "$now" = "none" ]; then echo "kill test: a kill at file-system call $n lost the set; see $work" >&2; exit 1; fi
+    seen="$now"
+    swept=$((swept + 1))
+  done
+  echo "kill test: a kill at each of the $count file-system calls of a run in turn ($killed runs died" \
+       "there): the set stayed whole" >&2
+fi
 left=$(find out -maxdepth 1 -name '.results.run-*' | wc -l)
 echo "kill test: $runs runs: $kept left the previous set, $replaced the new one ($finished finished before" \
      "the kill); never a partial or mixed set; $left leftover run folder(s) for the next run to remove" >&2

@@ -170,6 +170,22 @@ TEST(ReliabilityRead, FifosAreRefusedNotOpened) {
   EXPECT_TRUE(has(read_error({fifo}), "FIFO"));
 }
 
+TEST(ReliabilityRead, AbsurdEpochsAndKernelsAreRefused) {
+  TempDir dir;
+  const KitStack kit = tiny_kit(2);
+  auto files = write_kit(kit, dir.path());
+  Exposure odd = kit.stack.exposures[1];
+  odd.epoch = 1e300;  // sorted and shifted as if real, before
+  write_exposure_fits(files[1], odd);
+  std::string why = read_error(files);
+  EXPECT_TRUE(has(why, "not a plausible date")) << why;
+  odd.epoch = kit.stack.exposures[1].epoch;
+  odd.psf = gaussian_psf(40.0);  // 321 x 321: a likelihood of hours on a real image
+  write_exposure_fits(files[1], odd);
+  why = read_error(files);
+  EXPECT_TRUE(has(why, "at most 255 pixels")) << why;
+}
+
 // ---- outputs among the inputs -------------------------------------------------------------
 
 TEST(ReliabilityOutputs, OwnOutputsAreNeverReadAndNeverOverwriteInputs) {

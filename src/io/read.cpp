@@ -239,6 +239,12 @@ std::uint64_t rejected_bits(const Header& mask_header, const Header& primary, co
 
 Image<float> read_psf(const FitsFile& file, const Header& header, const std::string& what) {
   Image<float> psf = detail::read_float_image(file, header, what);
+  // The likelihood correlates every pixel with the kernel: a kernel the size of the image would
+  // make that a run of hours. Real PSFs are tens of pixels across.
+  constexpr int max_psf_side = 255;
+  if (psf.width > max_psf_side || psf.height > max_psf_side)
+    throw Error(file.path() + ": " + what + " is " + std::to_string(psf.width) + "x" + std::to_string(psf.height) +
+                "; a PSF kernel may be at most " + std::to_string(max_psf_side) + " pixels on a side");
   if (psf.width % 2 == 0 || psf.height % 2 == 0)
     throw Error(file.path() + ": " + what + " is " + std::to_string(psf.width) + "x" +
                 std::to_string(psf.height) + "; a PSF kernel must have odd sides (centred on its middle pixel)");
