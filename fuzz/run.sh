@@ -31,8 +31,9 @@ fi
 jobs="${SHIFTSTACK_FUZZ_BUILD_JOBS:-2}"
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DSHIFTSTACK_FUZZ=ON -DSHIFTSTACK_TESTS=OFF \
-  -DSHIFTSTACK_CUDA=OFF "${launcher[@]}" > "$build.configure.log" 2>&1 || { cat "$build.configure.log" >&2; exit 1; }
+  -DSHIFTSTACK_CUDA=OFF "${launcher[@]}" > "$build/configure.log" 2>&1 || { cat "$build/configure.log" >&2; exit 1; }
 targets=(fuzz_read_one fuzz_read_pair fuzz_config)
 [ -n "$only" ] && targets=("fuzz_$only")
 cmake --build "$build" -j "$jobs" --target fuzz_make_seeds "${targets[@]}"
