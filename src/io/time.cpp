@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 
 #include "io/fits_util.hpp"
 #include "io/read_internal.hpp"
@@ -96,7 +97,9 @@ double mjd_to_utc(double mjd, const std::string& timesys) {
 
 namespace detail {
 
-EpochReading read_epoch(const Header& hdu, const Header& primary, const std::string& keyword,
+namespace {
+
+EpochReading find_epoch(const Header& hdu, const Header& primary, const std::string& keyword,
                         const std::string& label) {
   const Header* headers[2] = {&hdu, &primary};
   auto timesys_of = [&](const Header& h) {
@@ -175,6 +178,23 @@ EpochReading read_epoch(const Header& hdu, const Header& primary, const std::str
     }
   throw Error(label + ": no observation time in the header (looked for DATE-AVG, MJD-AVG, MJD-OBS, "
                       "MJD, DATE-OBS); name one with the config key epoch_keyword");
+}
+
+}  // namespace
+
+EpochReading read_epoch(const Header& hdu, const Header& primary, const std::string& keyword,
+                        const std::string& label) {
+  EpochReading epoch = find_epoch(hdu, primary, keyword, label);
+  // A NaN or absurd epoch (1e300, an EXPTIME of inf) would sort and shift nonsensically; within
+  // +-1e6 days (years -880 to 4596) lies every real observation.
+  constexpr double plausible_mjd = 1e6;
+  if (!(std::abs(epoch.mjd) <= plausible_mjd)) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.17g", epoch.mjd);
+    throw Error(label + ": the epoch from " + epoch.keyword + " is MJD " + text +
+                ", not a plausible date (|MJD| <= 1e6)");
+  }
+  return epoch;
 }
 
 }  // namespace detail

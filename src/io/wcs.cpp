@@ -57,6 +57,9 @@ std::optional<Wcs> Wcs::from_header(const std::string& cards, const std::string&
     // Translate non-standard but common forms (e.g. DATE-OBS formats, CDELT with CD) first.
     int fix_status[NWCSFIX];
     wcsfix(7, nullptr, &state->wcs, fix_status);
+    // wcsfix reports what it could not fix in wcs.err, and a later report replaces the struct
+    // without freeing its message: clear it (nothing here reads it) before wcsset fills it anew.
+    wcserr_clear(&state->wcs.err);
     wcserr_enable(1);
     const int set_status = wcsset(&state->wcs);
     if (set_status != 0) {
