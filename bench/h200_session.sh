@@ -8,6 +8,11 @@
 #            the fractional study (null variance at PSF sigma 0.55, 0.65, 0.85) through each of them
 #   PHASE=4: fractional-shift validation of those engines (PAIRS near masks with the standard kit,
 #            AWAY_PAIRS with sparse masks and away-placed windows); reports tarred into $OUT
+#   PHASE=5: one lease's check of the GPU engines: the whole GPU test suite, compute-sanitizer
+#            racecheck and memcheck on the Fourier route's and the gathers' small-stack tests,
+#            `bench` of every GPU engine x encoding on ci, kbmod, dense (with the Fourier-route
+#            stage times in the JSON), `bench --top-k 8` on kbmod (KBMOD's results_per_pixel,
+#            lists downloaded), and fractional shifts on dense (cuda-fast, cuda-fourier)
 # Logs and JSON land in $OUT.
 set -u
 out=${OUT:-h200-out}
@@ -34,6 +39,50 @@ if [ "$PHASE" = 1 ]; then
     echo "exit $?" >> "$out/bench_$workload.txt"
     tail -22 "$out/bench_$workload.txt" | tee -a "$out/summary.txt"
   done
+elif [ "$PHASE" = 5 ]; then
+  # Every step's timeout is cut to what is left of DEADLINE seconds (the call's limit, less a margin).
+  end=$(( $(date +%s) + ${DEADLINE:-540} ))
+  within() { local left=$(( end - $(date +%s) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
+  step "machine"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
+  step "gpu tests"
+  timeout "$(within 200)" "$bin/shiftstack_gpu_tests" --gtest_brief=1 > "$out/gpu_tests.log" 2>&1
+  echo "exit $?" | tee -a "$out/gpu_tests.log" "$out/summary.txt"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|FAILED TEST" "$out/gpu_tests.log" | tail -12 | tee -a "$out/summary.txt"
+  sanitized='GpuFourier.FractionalShifts*:GpuFourier.ExactGatherOfEveryTrial:GpuFourier.TinyStackAllEnginesWithTopK:GpuGatherSanitizer.*'
+  for tool in racecheck memcheck; do
+    step "compute-sanitizer $tool: $sanitized"
+    timeout "$(within 150)" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/shiftstack_gpu_tests" \
+      --gtest_filter="$sanitized" > "$out/sanitizer_$tool.log" 2>&1
+    echo "exit $?" | tee -a "$out/sanitizer_$tool.log" "$out/summary.txt"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$out/sanitizer_$tool.log" | tail -4 | tee -a "$out/summary.txt"
+  done
+  for workload in dense kbmod ci; do
+    step "bench $workload"
+    timeout "$(within 120)" "$bin/shiftstack" bench --workload "$workload" --engine "${gpu_engines[@]}" \
+      --encoding all --runs 5 --baseline cuda-serial --json "$out/bench_$workload.json" \
+      > "$out/bench_$workload.txt" 2>&1
+    echo "exit $?" >> "$out/bench_$workload.txt"
+    grep -v "stages (ms)" "$out/bench_$workload.txt" | tail -20 | tee -a "$out/summary.txt"
+    grep "stages (ms)" "$out/bench_$workload.txt" | tee -a "$out/summary.txt"
+    if [ "$workload" = kbmod ]; then
+      step "bench kbmod --top-k 8"
+      timeout "$(within 100)" "$bin/shiftstack" bench --workload kbmod --engine "${gpu_engines[@]:1}" \
+        --encoding fp32 fp16 --runs 5 --top-k 8 --baseline cuda-serial --json "$out/bench_kbmod_top8.json" \
+        > "$out/bench_kbmod_top8.txt" 2>&1
+      echo "exit $?" >> "$out/bench_kbmod_top8.txt"
+      grep -v "stages (ms)" "$out/bench_kbmod_top8.txt" | tail -12 | tee -a "$out/summary.txt"
+    fi
+  done
+  step "bench dense, fractional shifts (cuda-fast runs the tiled bilinear kernel; cuda-fourier)"
+  timeout "$(within 90)" "$bin/shiftstack" bench --workload dense --shifts fractional \
+    --engine cuda-fast cuda-fourier --encoding fp32 fp16 --runs 3 --baseline cuda-serial \
+    --json "$out/bench_dense_fractional.json" > "$out/bench_dense_fractional.txt" 2>&1
+  echo "exit $?" >> "$out/bench_dense_fractional.txt"
+  tail -8 "$out/bench_dense_fractional.txt" | tee -a "$out/summary.txt"
+  # At most 8 files come back from a call: the summary, and everything else in one archive.
+  (cd "$out" && tar czf phase5.tgz --exclude=summary.txt --exclude=phase5.tgz ./*.log ./*.txt ./*.json &&
+    find . -maxdepth 1 -type f ! -name summary.txt ! -name phase5.tgz -delete)
 elif [ "$PHASE" = 3 ]; then
   step "machine"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"

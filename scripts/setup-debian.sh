@@ -6,7 +6,11 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libcli11-dev libboost-math-dev nlohmann-json3-dev
-  libcfitsio-dev wcslib-dev libyaml-cpp-dev zlib1g-dev
+  libcfitsio-dev wcslib-dev libyaml-cpp-dev
+  # the Python module and its tests (`pip install .` builds through python3-skbuild)
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-astropy python3-matplotlib
+  python3-skbuild python3-pip python3-venv
+  zlib1g-dev libopenmpi-dev openmpi-bin
   # the fuzz targets (fuzz/run.sh, the fuzz_smoke test): Clang with libFuzzer and OpenMP
   clang libclang-rt-dev libomp-dev
 )

@@ -25,5 +25,6 @@ if [ -f /usr/include/fitsio.h ] && [ -f /usr/lib/x86_64-linux-gnu/libcfitsio.a ]
   cp /usr/lib/x86_64-linux-gnu/libcfitsio.a /usr/lib/x86_64-linux-gnu/libwcs.a \
      /usr/lib/x86_64-linux-gnu/libyaml-cpp.a "$dest/lib/"
   cp /usr/lib/x86_64-linux-gnu/libz.a /usr/lib/x86_64-linux-gnu/libbz2.a "$dest/lib/"  # libcfitsio.a needs them
+  cp /usr/include/zlib.h /usr/include/zconf.h "$dest/include/"  # search-many's output checksums
 fi
 du -sh "$dest"

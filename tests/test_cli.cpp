@@ -3,6 +3,7 @@
 // and `bench --json` records.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -38,8 +39,13 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// A folder of this test process's own, so that runs side by side (ctest -j, several checkouts)
+// never see each other's files.
 std::filesystem::path temp_path(const std::string& name) {
-  return std::filesystem::path(::testing::TempDir()) / ("shiftstack_cli_" + name);
+  const std::filesystem::path folder =
+      std::filesystem::path(::testing::TempDir()) / ("shiftstack_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(folder);
+  return folder / name;
 }
 
 TEST(Cli, VersionPrintsTheProjectVersion) {
@@ -77,6 +83,7 @@ TEST(Cli, BadOptionValuesNameTheOption) {
       {"bench --baseline nonesuch", "--baseline"},
       {"bench --width 0", "--width"},
       {"bench --exposures -3", "--exposures"},
+      {"bench --top-k -1", "--top-k"},
       {"bench --nonesuch 1", "--nonesuch"},
   };
   for (const auto& [arguments, option] : cases) {
@@ -145,6 +152,27 @@ TEST(Cli, BenchJsonHasOneRecordPerCombinationThatAgreesWithTheReference) {
   EXPECT_EQ(records[2].at("encoding"), "int8");
   for (const auto& entry : std::filesystem::directory_iterator(file.parent_path()))  // no temp left
     EXPECT_FALSE(contains(entry.path().filename().string(), "bench.json.tmp")) << entry.path();
+}
+
+// --top-k: every engine keeps k trials per origin, and the time is the host clock around the
+// search (the lists on the host), never less than the engine's own time.
+TEST(Cli, BenchTopKTimesTheListsOnTheHost) {
+  const std::filesystem::path file = temp_path("topk.json");
+  const Outcome r = shiftstack(
+      "bench --exposures 4 --width 61 --height 58 --vx 3 --vy 2 --runs 2 --warmup 1 --top-k 3 "
+      "--engine cpu --engine reference --baseline reference --json '" + file.string() + "'");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "top-3 per origin")) << r.output;
+  std::ifstream in(file);
+  const nlohmann::json records = nlohmann::json::parse(in);
+  ASSERT_EQ(records.size(), 2u);
+  for (const auto& rec : records) {
+    EXPECT_EQ(rec.at("top_k"), 3) << rec.dump(2);
+    EXPECT_TRUE(contains(rec.at("timing").get<std::string>(), "wall clock")) << rec.dump(2);
+    EXPECT_TRUE(rec.at("agrees").get<bool>()) << rec.dump(2);
+    EXPECT_GT(rec.at("engine_seconds_median").get<double>(), 0);
+    EXPECT_GE(rec.at("seconds_median").get<double>(), rec.at("engine_seconds_median").get<double>());
+  }
 }
 
 TEST(Cli, BenchCustomShapeOverridesTheWorkload) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "shiftstack/tree.hpp"
 #include "test_support.hpp"
 
 using namespace shiftstack;
@@ -91,6 +92,46 @@ TEST_P(Parity, AgreesWithReference) {
   const std::string reason = engine->unsupported_reason(probe);
   if (!reason.empty()) GTEST_SKIP() << "not supported: " << reason;
 
+  if (info.digest_kind != DigestKind::exhaustive) {
+    // A screen (cpu-tree's tree statistic) with or without exact re-scoring: its sums lie within
+    // the bounds its positions put on them (tree_digest_bounds); re-scored, the trials above
+    // z_thr, their scores, maxZ, its trial and the count are the reference's own.
+    policy.top_k = 0;  // top-k needs every exact score: the tree would run the exhaustive engine
+    const SearchResult r = search(*engine, ref.stack, ref.kit.bank, policy);
+    // The screen is an integer-shift operator: its sums are bounded against the exhaustive
+    // integer rounding of the same stack (for a fractional bank, that bank in integer mode).
+    MotionBank integer_bank = ref.kit.bank;
+    integer_bank.mode = ShiftMode::integer;
+    Digest integer_digest = ref.result.digest;
+    if (c.mode == ShiftMode::fractional) {
+      auto exhaustive = make_engine("cpu");
+      integer_digest = search(*exhaustive, ref.stack, integer_bank).digest;
+    }
+    const TreeDigestBounds bound = tree_digest_bounds(ref.stack, integer_bank, {});
+    EXPECT_LE(std::abs(r.digest.sumA - integer_digest.sumA), bound.sumA);
+    EXPECT_LE(std::abs(r.digest.sumB - integer_digest.sumB), bound.sumB);
+    if (info.digest_kind == DigestKind::screen) return;
+    EXPECT_EQ(r.digest.maxZ, ref.result.digest.maxZ);
+    EXPECT_EQ(r.digest.argmax_x, ref.result.digest.argmax_x);
+    EXPECT_EQ(r.digest.argmax_y, ref.result.digest.argmax_y);
+    EXPECT_EQ(r.digest.argmax_velocity, ref.result.digest.argmax_velocity);
+    EXPECT_EQ(r.digest.count, ref.result.digest.count);
+    auto above = [&](const SearchResult& x) {
+      std::vector<Candidate> out;
+      for (const Candidate& c : x.candidates)
+        if (c.Z > x.digest.z_thr) out.push_back(c);
+      return out;
+    };
+    const std::vector<Candidate> mine = above(r), theirs = above(ref.result);
+    ASSERT_EQ(mine.size(), theirs.size());
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      EXPECT_EQ(mine[i].velocity, theirs[i].velocity);
+      EXPECT_EQ(mine[i].x, theirs[i].x);
+      EXPECT_EQ(mine[i].y, theirs[i].y);
+      EXPECT_EQ(mine[i].Z, theirs[i].Z);
+    }
+    return;
+  }
   const SearchResult r = search(*engine, ref.stack, ref.kit.bank, policy);
   const DigestTolerance tol =
       info.reduced_arithmetic ? DigestTolerance::reduced() : DigestTolerance::fp32();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -20,6 +21,10 @@
 #include "run_info.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"
+#ifdef SHIFTSTACK_HAVE_CUDA
+#include "../../src/cuda/spectral/spectral_engine.hpp"  // stage times of the Fourier-route engines
+#endif
+#include "shiftstack/tree.hpp"
 
 namespace shiftstack::cli {
 
@@ -31,11 +36,14 @@ struct BenchOptions {
   std::vector<std::string> encodings;  // empty: fp32; "all": every encoding
   std::string shifts = "integer";
   int runs = 5, warmup = 1;
+  int top_k = 0;  // KBMOD's results_per_pixel: best k trials per origin, downloaded and timed
   std::string baseline;  // empty: by workload (see default_baseline); "none": no comparison
   std::string json_file;
   std::uint64_t seed = 1;
   // Custom shape: each nonzero value overrides the workload's.
   int exposures = 0, width = 0, height = 0, vx = 0, vy = 0;
+  TreeOptions tree;  // cpu-tree and cpu-tree-screen
+  int threads = 0;   // threads of the timed searches (0: all); the stack is made with all
 };
 
 bool is_custom(const BenchOptions& o) { return o.exposures || o.width || o.height || o.vx || o.vy; }
@@ -80,6 +88,59 @@ double median(std::vector<double> values) {
   const std::size_t n = values.size();
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
+
+// The Fourier-route engines time their stages with device events: median of each over the timed
+// runs, and the contraction's useful rate (SPEC 6), for the JSON record.
+struct StageRecorder {
+#ifdef SHIFTSTACK_HAVE_CUDA
+  const cuda::SpectralEngine* spectral = nullptr;
+  std::vector<cuda::SpectralStageTimes> runs;
+  explicit StageRecorder(const Engine& engine) : spectral(dynamic_cast<const cuda::SpectralEngine*>(&engine)) {}
+  void after_run() {
+    if (spectral) runs.push_back(spectral->diagnostics().times);
+  }
+  void write(nlohmann::json& record) const {
+    if (!spectral || runs.empty()) return;
+    auto stage = [&](double cuda::SpectralStageTimes::*field) {
+      std::vector<double> v;
+      for (const auto& t : runs) v.push_back(t.*field);
+      return median(v);
+    };
+    const double contraction = stage(&cuda::SpectralStageTimes::contraction_ms);
+    const double inverse = stage(&cuda::SpectralStageTimes::inverse_ms), scoring = stage(&cuda::SpectralStageTimes::scoring_ms);
+    const auto& d = spectral->diagnostics();
+    record["stages_ms"] = {{"forward", stage(&cuda::SpectralStageTimes::forward_ms)},
+                           {"tables", stage(&cuda::SpectralStageTimes::tables_ms)},
+                           {"contraction", contraction},
+                           {"inverse", inverse},
+                           {"scoring", scoring},
+                           {"post_processing", inverse + scoring},
+                           {"total", stage(&cuda::SpectralStageTimes::total_ms)},
+                           {"note", "device events inside each timed scan; median of each stage over the runs"}};
+    record["useful_flops"] = d.useful_flops;
+    record["contraction_tflops"] = contraction > 0 ? d.useful_flops / (contraction * 1e-3) / 1e12 : 0.0;
+    record["padded_transform"] = {d.geometry.nx, d.geometry.ny};
+    record["recomputed_trials"] = d.recomputed_trials;
+    record["clamped_trials"] = d.clamped_trials;
+  }
+  void print() const {
+    if (!spectral || runs.empty()) return;
+    nlohmann::json r;
+    write(r);
+    const auto& st = r["stages_ms"];
+    std::printf("%-14s %-8s stages (ms): forward %.3g, tables %.3g, contraction %.4g (%.1f TFLOP/s), inverse %.4g, "
+                "scoring %.4g, total %.4g\n",
+                "", "", st["forward"].get<double>(), st["tables"].get<double>(), st["contraction"].get<double>(),
+                r["contraction_tflops"].get<double>(), st["inverse"].get<double>(), st["scoring"].get<double>(),
+                st["total"].get<double>());
+  }
+#else
+  explicit StageRecorder(const Engine&) {}
+  void after_run() {}
+  void write(nlohmann::json&) const {}
+  void print() const {}
+#endif
+};
 
 bool same_digest(const Digest& a, const Digest& b) {
   return a.sumA == b.sumA && a.sumB == b.sumB && a.maxZ == b.maxZ && a.count == b.count &&
@@ -136,6 +197,62 @@ Baseline run_baseline(const std::string& name, const EncodedStack& stack, const 
   return b;
 }
 
+// The tree engines' own counts from the last run: additions per trial per level (counted by the
+// executor), the screen and the refinement.
+nlohmann::json tree_record(const TreeEngine& engine) {
+  const TreeStats& t = engine.last_stats();
+  nlohmann::json levels = nlohmann::json::array();
+  for (const auto& l : t.levels)
+    levels.push_back({{"level", l.level},
+                      {"nodes", l.nodes},
+                      {"entries", l.entries},
+                      {"additions", l.additions},
+                      {"additions_per_trial", t.trials ? double(l.additions) / double(t.trials) : 0.0}});
+  return {{"fell_back", t.fell_back},
+          {"fallback_reason", t.fallback_reason},
+          {"additions_per_trial", t.additions_per_trial()},
+          {"levels", levels},
+          {"depth", t.depth},
+          {"cut_level", t.cut_level},
+          {"nodes", t.nodes},
+          {"z_screen", t.z_screen},
+          {"screen_margin", engine.options().screen_margin},
+          {"screened", t.screened},
+          {"refined", t.refined},
+          {"tile", {t.tile_width, t.tile_height}},
+          {"tile_bytes", t.tile_bytes},
+          {"bands", t.bands},
+          {"band_bytes", t.band_bytes},
+          {"seconds_fill", t.seconds_fill},
+          {"seconds_tree", t.seconds_tree},
+          {"seconds_stage_a", t.seconds_stage_a},
+          {"seconds_refine", t.seconds_refine}};
+}
+
+void print_tree_record(const nlohmann::json& t) {
+  if (t["fell_back"].get<bool>()) {
+    std::printf("  tree: ran the exhaustive cpu engine: %s\n", t["fallback_reason"].get<std::string>().c_str());
+    return;
+  }
+  std::printf("  tree: %.3f additions per trial per channel (levels:", t["additions_per_trial"].get<double>());
+  for (const auto& l : t["levels"]) std::printf(" %.3f", l["additions_per_trial"].get<double>());
+  std::printf("), %lld nodes, depth %d, cut at level %d, tiles %dx%d (%.1f MB each), %d band(s) of %.0f MB\n",
+              (long long)t["nodes"].get<std::int64_t>(), t["depth"].get<int>(), t["cut_level"].get<int>(), t["tile"][0].get<int>(),
+              t["tile"][1].get<int>(), t["tile_bytes"].get<double>() / 1e6, t["bands"].get<int>(),
+              t["band_bytes"].get<double>() / 1e6);
+  std::printf("  tree: screen z > %.3f: %lld trials, %lld re-scored exactly; last run: copy %.3f s, tree %.3f s "
+              "(band-wide part %.3f s), refinement %.3f s\n",
+              t["z_screen"].get<double>(), (long long)t["screened"].get<std::int64_t>(),
+              (long long)t["refined"].get<std::int64_t>(), t["seconds_fill"].get<double>(),
+              t["seconds_tree"].get<double>(), t["seconds_stage_a"].get<double>(), t["seconds_refine"].get<double>());
+  if (!t.contains("position_error")) return;
+  const auto& p = t["position_error"];
+  std::printf("  tree: positions against round_shift over (velocity, exposure): %.4f exact, %.4f one pixel off, "
+              "max %d px; rms about the real shift %.3f px (exhaustive %.3f), max %.2f px\n",
+              p["exact_fraction"].get<double>(), p["one_pixel_fraction"].get<double>(), p["max_abs"].get<int>(),
+              p["rms_tree"].get<double>(), p["rms_exhaustive"].get<double>(), p["max_tree"].get<double>());
+}
+
 void run_bench(const BenchOptions& o) {
   Progress progress;
   KitOptions kit_options = workload(o.workload);
@@ -170,6 +287,7 @@ void run_bench(const BenchOptions& o) {
   };
 
   progress.clear();
+  if (o.threads > 0) omp_set_num_threads(o.threads);
   const std::size_t V = kit.bank.size();
   const double paired_samples = double(kit_options.width) * kit_options.height * double(V) * kit_options.exposures;
   std::printf("shiftstack bench: workload %s (%d exposures, %dx%d pixels, %dx%d = %zu velocities, "
@@ -177,6 +295,10 @@ void run_bench(const BenchOptions& o) {
               workload_label.c_str(), kit_options.exposures, kit_options.width, kit_options.height,
               kit_options.vx_count, kit_options.vy_count, V, paired_samples, o.shifts.c_str(),
               static_cast<unsigned long long>(o.seed), omp_get_max_threads());
+  if (o.top_k > 0)
+    std::printf("top-%d per origin (KBMOD's results_per_pixel): times are wall clock around each search, the "
+                "lists downloaded and assembled on the host\n",
+                o.top_k);
 
   std::unique_ptr<Baseline> baseline;
   if (baseline_name != "none") {
@@ -210,6 +332,9 @@ void run_bench(const BenchOptions& o) {
           {"runs", o.runs},
           {"warmup", o.warmup},
           {"threads", omp_get_max_threads()},
+          {"top_k", o.top_k},
+          {"timing", o.top_k > 0 ? "host wall clock around each search (top-k lists downloaded and assembled)"
+                                 : "engine-reported scan time (device events for GPU engines)"},
           {"card", machine_name(info.gpu)},
           {"commit", commit},
           {"date", date},
@@ -225,8 +350,14 @@ void run_bench(const BenchOptions& o) {
         continue;
       }
       const EncodedStack& stack = stack_for(encoding);
-      auto engine = info.make();
-      const OutputPolicy policy;
+      std::unique_ptr<Engine> engine = info.make();
+      if (dynamic_cast<TreeEngine*>(engine.get())) {
+        TreeOptions t = o.tree;
+        t.refine = engine_name != "cpu-tree-screen";
+        engine = std::make_unique<TreeEngine>(t, engine_name);
+      }
+      OutputPolicy policy;
+      policy.top_k = o.top_k;
       const SearchInput probe{&stack, &kit.bank, resolve({}, stack.width, stack.height), policy};
       const std::string reason = engine->unsupported_reason(probe);
       if (!reason.empty()) {
@@ -234,18 +365,29 @@ void run_bench(const BenchOptions& o) {
         continue;
       }
 
-      std::vector<double> seconds;
+      std::vector<double> seconds, engine_seconds, wall_seconds;
       Digest digest;
       bool deterministic = true;
+      StageRecorder stages(*engine);
       for (int run = 0; run < o.warmup + o.runs; ++run) {
         const bool timed = run >= o.warmup;
         progress.show("bench: " + engine_name + " " + encoding + (timed ? " run " : " warm-up ") +
                       std::to_string(timed ? run - o.warmup + 1 : run + 1) + "/" +
                       std::to_string(timed ? o.runs : o.warmup));
+        const auto start = std::chrono::steady_clock::now();
         const SearchResult r = search(*engine, stack, kit.bank, policy);
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (o.top_k > 0 && r.top_k.size() != std::size_t(stack.width) * stack.height * o.top_k)
+          throw Error("engine '" + engine_name + "' returned " + std::to_string(r.top_k.size()) +
+                      " top-k entries, expected " + std::to_string(o.top_k) + " per origin");
         if (run > 0 && !same_digest(r.digest, digest)) deterministic = false;
         digest = r.digest;
-        if (timed) seconds.push_back(r.seconds);
+        if (timed) {
+          seconds.push_back(o.top_k > 0 ? wall : r.seconds);
+          engine_seconds.push_back(r.seconds);
+          wall_seconds.push_back(wall);
+          stages.after_run();
+        }
       }
       progress.clear();
       const double t = median(seconds);
@@ -253,6 +395,9 @@ void run_bench(const BenchOptions& o) {
       record["seconds_min"] = *std::min_element(seconds.begin(), seconds.end());
       record["seconds_max"] = *std::max_element(seconds.begin(), seconds.end());
       record["samples_per_second"] = paired_samples / t;
+      if (o.top_k > 0) record["engine_seconds_median"] = median(engine_seconds);
+      record["wall_seconds_median"] = median(wall_seconds);  // host clock around search(): setup included
+      stages.write(record);
       record["digest"] = nlohmann::json::parse(to_json(digest));
       record["deterministic"] = deterministic;
 
@@ -260,8 +405,31 @@ void run_bench(const BenchOptions& o) {
       record["agrees"] = nullptr;
       if (baseline) {
         const bool reduced = encoding != "fp32" || info.reduced_arithmetic;
-        const DigestTolerance tol = reduced ? DigestTolerance::reduced() : DigestTolerance::fp32();
-        const DigestComparison cmp = compare(baseline->digest, digest, tol, baseline->near_threshold);
+        DigestTolerance tol = reduced ? DigestTolerance::reduced() : DigestTolerance::fp32();
+        DigestComparison cmp;
+        if (info.digest_kind == DigestKind::exhaustive) {
+          cmp = compare(baseline->digest, digest, tol, baseline->near_threshold);
+        } else {
+          // The tree engines: sums within the bounds their positions put on them (integer
+          // shifts; docs/tree-search.md); refined, maxZ, argmax and count as an exact engine's.
+          tol.rel_sumA = tol.rel_sumB = -1;
+          cmp = compare(baseline->digest, digest, tol, baseline->near_threshold);
+          // Trials with B > 0 differ where the tree samples other pixels than the rounding.
+          std::erase_if(cmp.failures, [](const std::string& f) { return f.rfind("scored trials", 0) == 0; });
+          cmp.agrees = cmp.failures.empty();
+          if (info.digest_kind == DigestKind::screen) cmp = DigestComparison{};
+          if (kit.bank.mode == ShiftMode::integer) {
+            const TreeDigestBounds bound = tree_digest_bounds(stack, kit.bank, {});
+            const double dA = std::abs(digest.sumA - baseline->digest.sumA), dB = std::abs(digest.sumB - baseline->digest.sumB);
+            cmp.rel_sumA = dA / std::max(1e-300, std::abs(baseline->digest.sumA));
+            cmp.rel_sumB = dB / std::max(1e-300, std::abs(baseline->digest.sumB));
+            if (dA > bound.sumA || dB > bound.sumB) {
+              cmp.agrees = false;
+              cmp.failures.push_back("sums beyond the tree's stated bounds");
+            }
+          }
+        }
+        if (info.digest_kind != DigestKind::exhaustive) record["tolerance_rule"] = "tree";
         record["agrees"] = cmp.agrees;
         record["baseline"] = baseline->engine;
         record["baseline_encoding"] = "fp32";
@@ -274,11 +442,26 @@ void run_bench(const BenchOptions& o) {
         agrees = cmp.agrees ? "yes" : "NO: " + cmp.failures.front();
       }
       if (!deterministic) agrees += " (digest changed between runs)";
+      if (const auto* tree = dynamic_cast<const TreeEngine*>(engine.get())) {
+        record["tree"] = tree_record(*tree);
+        if (kit.bank.is_cartesian()) {
+          const TreePositionError pe = tree_position_error(kit.bank, tree->options());
+          record["tree"]["position_error"] = {{"exact_fraction", pe.exact_fraction},
+                                              {"one_pixel_fraction", pe.one_pixel_fraction},
+                                              {"axis_fraction", pe.axis_fraction},
+                                              {"max_abs", pe.max_abs},
+                                              {"rms_tree", pe.rms_tree},
+                                              {"rms_exhaustive", pe.rms_exhaustive},
+                                              {"max_tree", pe.max_tree}};
+        }
+      }
       records.push_back(record);
       std::printf("%-14s %-8s %10.4g %10.4g %10.4g %12.4g %9.4f %7lld %s\n", engine_name.c_str(),
                   encoding.c_str(), t, record["seconds_min"].get<double>(),
                   record["seconds_max"].get<double>(), paired_samples / t, digest.maxZ,
                   static_cast<long long>(digest.count), agrees.c_str());
+      stages.print();
+      if (record.contains("tree")) print_tree_record(record["tree"]);
       std::fflush(stdout);
     }
   }
@@ -310,6 +493,11 @@ void add_bench_command(CLI::App& app) {
   bench->add_option("--warmup", o->warmup, "Untimed runs before the timed ones")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
+  bench->add_option("--top-k", o->top_k,
+                    "Also keep the best K trials per origin (KBMOD's results_per_pixel); the time then is "
+                    "wall clock around each search, the lists downloaded to the host")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   bench->add_option("--baseline", o->baseline,
                     "Engine whose fp32 digest the others must match, or 'none' (default: reference on "
                     "ci, else cuda-serial where available, else cpu)")
@@ -321,6 +509,22 @@ void add_bench_command(CLI::App& app) {
   bench->add_option("--height", o->height, "Custom shape: image height (pixels)")->check(CLI::PositiveNumber);
   bench->add_option("--vx", o->vx, "Custom shape: velocities along x")->check(CLI::PositiveNumber);
   bench->add_option("--vy", o->vy, "Custom shape: velocities along y")->check(CLI::PositiveNumber);
+  bench->add_option("--tree-margin", o->tree.screen_margin,
+                    "cpu-tree: screen z_screen = min(z_thr, candidate threshold) - this")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  bench->add_option("--tree-oversample", o->tree.oversample, "cpu-tree: node velocity step 1/(this * span)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->add_option("--tree-cut", o->tree.cut_level, "cpu-tree: level formed band-wide (0: chosen)")
+      ->check(CLI::NonNegativeNumber);
+  bench->add_option("--tree-tile-width", o->tree.tile_width, "cpu-tree: origins per tile along x (0: chosen)")
+      ->check(CLI::NonNegativeNumber);
+  bench->add_option("--tree-tile-height", o->tree.tile_height, "cpu-tree: origins per tile along y (0: chosen)")
+      ->check(CLI::NonNegativeNumber);
+  bench->add_option("--threads", o->threads,
+                    "CPU threads of the searches (default: all; the stack is made with all)")
+      ->check(CLI::NonNegativeNumber);
   bench->callback([o] { run_bench(*o); });
 }
 

@@ -11,5 +11,8 @@ void add_validate_command(CLI::App& app);  // validate.cpp
 #ifdef SHIFTSTACK_HAVE_IO
 void add_search_commands(CLI::App& app);   // search.cpp: search, dump-config
 #endif
+#ifdef SHIFTSTACK_HAVE_MANY
+void add_search_many_commands(CLI::App& app);  // search_many.cpp: search-many (+ its worker)
+#endif
 
 }  // namespace shiftstack::cli

@@ -17,11 +17,15 @@ int main(int argc, char** argv) {
 #ifdef SHIFTSTACK_HAVE_IO
   shiftstack::cli::add_search_commands(app);
 #endif
+#ifdef SHIFTSTACK_HAVE_MANY
+  shiftstack::cli::add_search_many_commands(app);
+#endif
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // Usage errors (bad option values included) name the option; exit code 0 for --help.
+    // Usage errors (bad option values included) name the option; exit code 0 for --help;
+    // CLI::RuntimeError(n) is a command's own exit status n (search-many: 2 = some units failed).
     return app.exit(e);
   } catch (const shiftstack::Error& e) {
     std::cerr << "shiftstack: error: " << e.what() << "\n";

@@ -34,6 +34,7 @@ struct SearchArgs {
   std::string output = "results.ecsv";
   std::string engine;
   std::string encoding;
+  std::string gpus;  // non-empty: the config key gpus
   std::vector<std::string> overrides;
   std::string memory_budget;
   bool json = false, quiet = false, no_fits = false, no_stamps = false;
@@ -46,8 +47,10 @@ void run_search_command(const SearchArgs& a) {
     parse_byte_size(a.memory_budget, "--memory-budget");
     ::setenv("SHIFTSTACK_MEMORY_BUDGET", a.memory_budget.c_str(), 1);
   }
-  io::SearchConfig config = a.config_path.empty() ? io::parse_config("", "defaults", a.overrides)
-                                                  : io::load_config(a.config_path, a.overrides);
+  std::vector<std::string> overrides = a.overrides;
+  if (!a.gpus.empty()) overrides.push_back("gpus=" + a.gpus);
+  io::SearchConfig config = a.config_path.empty() ? io::parse_config("", "defaults", overrides)
+                                                  : io::load_config(a.config_path, overrides);
   io::RunOptions options;
   options.inputs = a.inputs;
   options.engine = a.engine;
@@ -178,6 +181,8 @@ void add_search_commands(CLI::App& app) {
   search->add_option("--engine", args->engine, "search engine (overrides the config's `engine`)");
   search->add_option("--encoding", args->encoding, "psi/phi storage: fp32, fp16 or int8 (overrides encode_num_bytes)")
       ->check(CLI::IsMember({"fp32", "fp16", "int8"}));
+  search->add_option("--gpus", args->gpus,
+                     "split the search over GPUs: all, N (the first N) or a list 0,1 (the config's `gpus`)");
   // One value per --set, so that inputs after it are not taken as more overrides.
   search->add_option("--set", args->overrides, "override a config key: --set lh_level=8 --set generator_config.vx_steps=33")
       ->allow_extra_args(false);

@@ -14,6 +14,7 @@
 #include "run_info.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/search.hpp"
+#include "shiftstack/tree.hpp"
 #include "shiftstack/validation.hpp"
 
 namespace shiftstack::cli {
@@ -54,6 +55,10 @@ struct ValidateArgs {
   int width = 0, height = 0, exposures = 0, velocities = 0;  // workload overrides (0 = keep)
   // summary
   std::vector<std::string> summarize;
+  // tree study
+  bool tree_study = false;
+  int injections = 30;
+  std::vector<double> margins = {0.5, 1.0, 1.5, 2.5};
 };
 
 Provenance provenance(const ValidateArgs& a, const std::string& command) {
@@ -212,6 +217,38 @@ void run(const ValidateArgs& a) {
     return;
   }
 
+  if (a.tree_study) {
+    TreeStudyOptions t;
+    t.kit = kit;
+    t.seed = a.seed;
+    t.null_cubes = a.cubes;
+    t.injections_per_snr = a.injections;
+    t.retention_injections = std::max(a.pairs, 1);
+    if (a.snr_grid != ValidateArgs{}.snr_grid) t.completeness_snr = a.snr_grid;
+    t.margins = a.margins;
+    t.verbose = a.verbose;
+    std::string snr;
+    for (std::size_t i = 0; i < t.completeness_snr.size(); ++i) snr += (i ? "," : "") + std::to_string(t.completeness_snr[i]);
+    const std::string command = "shiftstack validate --tree-study --workload " + a.workload + " --pairs " +
+                                std::to_string(t.retention_injections) + " --cubes " + std::to_string(a.cubes) +
+                                " --injections " + std::to_string(a.injections) + " --margins " + join(a.margins) +
+                                " --snr-grid " + join(t.completeness_snr) + " --seed " + std::to_string(a.seed);
+    const TreeStudyReport report = run_tree_study(t);
+    std::cout << format_table(report);
+    if (!a.out.empty()) {
+      ensure_folder(a.out);
+      Provenance p = provenance(a, command);
+      p.card = !a.card.empty() ? a.card : machine_name(false);
+      const std::string prov = "{\"card\": \"" + p.card + "\", \"commit\": \"" + p.commit + "\", \"date\": \"" +
+                               p.date + "\", \"command\": \"" + command + "\"}";
+      write_text(a.out + "/tree_study.json", to_json(report, prov));
+      write_text(a.out + "/tree_study.txt", format_table(report));
+      write_tree_study_plots(report, a.out, p.card + ", " + p.commit + ", " + p.date);
+      std::cerr << "wrote " << a.out << "/tree_study.json, tree_study.txt and the plots\n";
+    }
+    return;
+  }
+
   ValidationOptions o;
   o.baseline_engine = a.baseline;
   o.kit = kit;
@@ -347,6 +384,12 @@ void add_validate_command(CLI::App& app) {
   cmd->add_flag("--no-quantization", args->skip_quantization, "skip the quantization table");
   cmd->add_flag("--fractional-study", args->fractional_study,
                 "instead: null variance of fractional shifts, exact vs naive normalization, per PSF sigma");
+  cmd->add_flag("--tree-study", args->tree_study,
+                "instead: cpu-tree's study: retention of the unrefined tree Z (--pairs noise-free injections at "
+                "random sub-pixel origins and velocities), its null variance near/away from masks (--cubes null "
+                "cubes), and completeness of cpu-tree at each --margins against cpu (--injections per SNR)");
+  cmd->add_option("--injections", args->injections, "tree study: noisy injections per SNR")->capture_default_str();
+  cmd->add_option("--margins", args->margins, "tree study: screen margins of cpu-tree")->delimiter(',');
   cmd->add_option("--sigmas", args->sigmas, "PSF sigmas of the fractional study (px)")->delimiter(',');
   cmd->add_option("--cubes", args->cubes, "null cubes per PSF sigma in the fractional study")->capture_default_str();
   cmd->add_flag("--fourier", args->fourier,

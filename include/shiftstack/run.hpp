@@ -2,6 +2,7 @@
 // -> filtering -> clustering -> stamps and sky positions -> result files. `shiftstack search`
 // is a thin layer over run_search() and write_outputs().
 #pragma once
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
@@ -29,6 +30,9 @@ struct RunOptions {
   std::optional<Encoding> encoding;         // overrides encode_num_bytes
   // Called after each stage (the CLI prints to stderr); may be empty.
   std::function<void(const StageTime&)> progress;
+  // Cooperative stop (a host's Ctrl-C): checked after every stage and passed to the engine;
+  // once true the run throws Cancelled. Null: never stopped.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct RunOutput {
@@ -38,6 +42,7 @@ struct RunOutput {
   std::string engine;
   Encoding encoding = Encoding::fp32;
   std::string likelihood_device = "cpu";  // where psi/phi were computed and encoded: cpu or gpu
+  std::vector<int> devices;  // the search's device bands (config gpus); {0}: one search, as always
   Digest digest;             // of the whole search (SPEC 4)
   std::int64_t threshold_crossings = 0;  // candidates the engine returned (Z > lh_level)
   FilterStats filter;
@@ -56,6 +61,18 @@ struct RunOutput {
 RunOutput run_search(const SearchConfig& config, const RunOptions& options);
 // The same from exposures already in memory (curve offsets and WCS may be empty).
 RunOutput run_search(const SearchConfig& config, LoadedStack loaded, const RunOptions& options);
+
+// Inputs a host keeps between runs of one in-memory stack (the Python module's Stack). The run
+// reads the exposures in place (RunOutput::loaded gets their metadata, not their pixels) and takes
+// the likelihood maps and encoded cube from here when both are given, so repeated runs neither
+// recompute them nor upload the cube again (device caches key on EncodedStack::id). Unused for
+// likelihood_device gpu, which always computes the maps on the device.
+struct SharedInputs {
+  const LoadedStack* loaded = nullptr;          // required; curve offsets, info and WCS filled in
+  const LikelihoodStack* likelihood = nullptr;  // with covariances for fractional runs
+  const EncodedStack* encoded = nullptr;        // `likelihood` in the run's encoding
+};
+RunOutput run_search(const SearchConfig& config, const SharedInputs& inputs, const RunOptions& options);
 
 // The results table: KBMOD's columns (x, y, vx, vy, likelihood, flux, obs_count, uuid,
 // psi_curve, phi_curve, obs_valid, stamp, coadd_<type>) plus ra/dec at the first and last epoch.

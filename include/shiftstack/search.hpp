@@ -1,5 +1,6 @@
 // One engine interface, selected by name (DESIGN: Engine::search).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,13 @@ struct OutputPolicy {
   double candidate_threshold = 5;  // compact list: every trial with Z > this
   std::int64_t max_candidates = std::int64_t(1) << 26;  // beyond this: Error, never truncation
   int top_k = 0;                  // best k trials per origin (KBMOD's results_per_pixel); 0 = off
+  // Cooperative stop (a host's Ctrl-C): engines poll it between work items (rows, bands, tiles)
+  // and search() throws Cancelled once it is true. Null: never stopped.
+  const std::atomic<bool>* stop = nullptr;
+  bool stop_requested() const { return stop && stop->load(std::memory_order_relaxed); }
+  // Trials the Bonferroni threshold counts; 0 = this search's (region x bank). One part of a
+  // split search passes the whole search's count, so every part tests against the same z_thr.
+  double bonferroni_trials = 0;
   SearchLimits limits;            // trial count, shift range and memory, checked by search()
 };
 
@@ -52,6 +60,7 @@ struct SearchResult {
   std::vector<Candidate> top_k;
   std::string engine;
   double seconds = 0;                 // engine-reported time of the scan
+  std::string note;                   // engine remarks, e.g. a fallback and its reason
 };
 
 class Engine {
@@ -63,6 +72,15 @@ class Engine {
   virtual SearchResult search(const SearchInput& input) = 0;
 };
 
+// How an engine's digest relates to the exhaustive engines' (parity tests, bench checks).
+enum class DigestKind {
+  exhaustive,  // every trial scored exactly: SPEC 4's tolerances
+  // An approximate screen, then exact re-scoring (cpu-tree): maxZ, argmax, count and the
+  // candidates above z_thr are exact; sumA, sumB come from the screen, within stated bounds.
+  refined,
+  screen,  // an approximate operator's own scores (cpu-tree-screen): sums within stated bounds
+};
+
 struct EngineInfo {
   std::string name, description;
   bool gpu = false;
@@ -71,6 +89,7 @@ struct EngineInfo {
   std::function<bool()> available;  // e.g. a CUDA device is present
   // Arithmetic below FP32 (tensor-core FP16 operands): compared with SPEC 4's reduced tolerances.
   bool reduced_arithmetic = false;
+  DigestKind digest_kind = DigestKind::exhaustive;
 };
 
 void register_engine(EngineInfo info);

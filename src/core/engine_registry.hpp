@@ -5,6 +5,7 @@
 namespace shiftstack {
 
 void register_cpu_engines();  // src/cpu: reference, cpu
+void register_tree_engines();  // src/tree: cpu-tree, cpu-tree-screen
 
 #ifdef SHIFTSTACK_HAVE_CUDA
 void register_cuda_engines();  // src/cuda/device.cu: every CUDA engine

@@ -23,6 +23,7 @@ void register_engine(EngineInfo info) {
 const std::vector<EngineInfo>& engines() {
   static const bool registered = [] {
     register_cpu_engines();
+    register_tree_engines();
 #ifdef SHIFTSTACK_HAVE_CUDA
     register_cuda_engines();
 #endif
@@ -66,8 +67,10 @@ Region resolve(const Region& region, int image_width, int image_height) {
 }
 
 double digest_threshold(const SearchInput& input) {
-  return bonferroni_threshold(input.policy.alpha,
-                              double(input.region.count()) * double(input.bank->size()));
+  const double trials = input.policy.bonferroni_trials > 0
+                            ? input.policy.bonferroni_trials
+                            : double(input.region.count()) * double(input.bank->size());
+  return bonferroni_threshold(input.policy.alpha, trials);
 }
 
 bool better_candidate(const Candidate& a, const Candidate& b) {
@@ -85,6 +88,7 @@ SearchResult search(Engine& engine, const EncodedStack& stack, const MotionBank&
           "fractional shifts need the covariance planes: compute the likelihood with covariances");
   require(policy.top_k >= 0, "top_k must be >= 0");
   require(policy.max_candidates > 0, "max_candidates must be > 0");
+  require(policy.bonferroni_trials >= 0, "bonferroni_trials must be >= 0 (0: the search's own trials)");
   SearchInput input{&stack, &bank, resolve(region, stack.width, stack.height), policy};
 
   // Trial count, shift range and planned memory before any engine allocates (limits.hpp).
@@ -95,6 +99,7 @@ SearchResult search(Engine& engine, const EncodedStack& stack, const MotionBank&
   require(reason.empty(), "engine '" + engine.name() + "' cannot compute this search: " + reason);
   const auto start = std::chrono::steady_clock::now();
   SearchResult result = engine.search(input);
+  if (policy.stop_requested()) throw Cancelled("search stopped on request (engine " + engine.name() + ")");
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.engine = engine.name();

@@ -661,6 +661,7 @@ class CpuEngine final : public Engine {
         top.k = k;
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < items; ++item) {
+          if (in.policy.stop_requested()) continue;  // a stop request skips the remaining items
           const Strip& strip = strips[item % strips.size()];
           const int ly0 = (item / int(strips.size())) * kRowsPerItem;
           const int ly1 = std::min(band.rows, ly0 + kRowsPerItem);
@@ -670,6 +671,7 @@ class CpuEngine final : public Engine {
             run_strip_row(c, band, scorer, strip, ly, out, k > 0 ? &top : nullptr, result.top_k);
         }
       }
+      if (in.policy.stop_requested()) throw Cancelled("cpu engine: search stopped on request");
       for (const ItemResult& item : item_results) {
         Digest part;
         part.sumA = simd::total(item.sumA);

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/engine_registry.hpp"
+#include "cpu/exact_trial.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/search.hpp"
 
@@ -14,74 +15,6 @@ namespace shiftstack {
 void register_cpu_fast_engine();  // cpu_engine.cpp
 
 namespace {
-
-struct TrialSums {
-  double A = 0, B = 0;
-  int obs = 0;
-};
-
-// Integer mode: the nearest pixel, floor(x + s + 0.5).
-TrialSums integer_trial(const EncodedStack& s, const std::vector<double>& sx,
-                        const std::vector<double>& sy, int x, int y) {
-  TrialSums t;
-  for (int e = 0; e < s.exposures; ++e) {
-    const int px = x + round_shift(sx[e]), py = y + round_shift(sy[e]);
-    if (px < 0 || py < 0 || px >= s.width || py >= s.height) continue;
-    const DecodedSample d = decode(s, e, std::size_t(py) * s.width + px);
-    if (!d.valid) continue;
-    t.A += d.psi;
-    t.B += d.phi;
-    ++t.obs;
-  }
-  return t;
-}
-
-// Fractional mode: bilinear A = sum_i w_i psi_i over valid corners; B its exact variance,
-// sum_ij w_i w_j Cov(psi_i, psi_j), with the covariances of neighbouring samples (SPEC 2).
-TrialSums bilinear_trial(const EncodedStack& s, const std::vector<double>& sx,
-                         const std::vector<double>& sy, int x, int y) {
-  TrialSums t;
-  const std::size_t plane = s.plane_size();
-  for (int e = 0; e < s.exposures; ++e) {
-    const double u = x + sx[e], v = y + sy[e];
-    const int ix = int(std::floor(u)), iy = int(std::floor(v));
-    const double fx = u - ix, fy = v - iy;
-    // Corners 0:(ix,iy) 1:(ix+1,iy) 2:(ix,iy+1) 3:(ix+1,iy+1).
-    const int cx[4] = {ix, ix + 1, ix, ix + 1}, cy[4] = {iy, iy, iy + 1, iy + 1};
-    const double w[4] = {(1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy};
-    bool valid[4];
-    double psi[4] = {}, phi[4] = {};
-    bool any = false;
-    for (int c = 0; c < 4; ++c) {
-      valid[c] = false;
-      if (cx[c] < 0 || cy[c] < 0 || cx[c] >= s.width || cy[c] >= s.height || w[c] == 0) continue;
-      const DecodedSample d = decode(s, e, std::size_t(cy[c]) * s.width + cx[c]);
-      valid[c] = d.valid;
-      psi[c] = d.psi;
-      phi[c] = d.phi;
-      any |= d.valid;
-    }
-    if (!any) continue;
-    ++t.obs;
-    const double weight = s.phi_weight[e];
-    auto cov = [&](const std::vector<float>& plane_data, int px, int py) {
-      return weight * plane_data[e * plane + std::size_t(py) * s.width + px];
-    };
-    for (int c = 0; c < 4; ++c)
-      if (valid[c]) {
-        t.A += w[c] * psi[c];
-        t.B += w[c] * w[c] * phi[c];
-      }
-    // Each neighbouring pair once, doubled.
-    if (valid[0] && valid[1]) t.B += 2 * w[0] * w[1] * cov(s.cov_right, ix, iy);
-    if (valid[2] && valid[3]) t.B += 2 * w[2] * w[3] * cov(s.cov_right, ix, iy + 1);
-    if (valid[0] && valid[2]) t.B += 2 * w[0] * w[2] * cov(s.cov_down, ix, iy);
-    if (valid[1] && valid[3]) t.B += 2 * w[1] * w[3] * cov(s.cov_down, ix + 1, iy);
-    if (valid[0] && valid[3]) t.B += 2 * w[0] * w[3] * cov(s.cov_diag, ix, iy);
-    if (valid[1] && valid[2]) t.B += 2 * w[1] * w[2] * cov(s.cov_antidiag, ix, iy);
-  }
-  return t;
-}
 
 class ReferenceEngine final : public Engine {
  public:
@@ -112,6 +45,7 @@ class ReferenceEngine final : public Engine {
 
 #pragma omp parallel for schedule(dynamic, 1)
     for (int j = 0; j < r.height; ++j) {
+      if (in.policy.stop_requested()) continue;  // a stop request skips the remaining rows
       Digest& digest = row_digest[j];
       digest.z_thr = z_thr;
       std::vector<Candidate> best;
@@ -119,8 +53,8 @@ class ReferenceEngine final : public Engine {
         const int x = r.x0 + i, y = r.y0 + j;
         best.clear();
         for (std::int64_t v = 0; v < V; ++v) {
-          const TrialSums t = bank.mode == ShiftMode::integer ? integer_trial(s, sx[v], sy[v], x, y)
-                                                              : bilinear_trial(s, sx[v], sy[v], x, y);
+          const ExactTrialSums t = bank.mode == ShiftMode::integer ? exact_integer_trial(s, sx[v], sy[v], x, y)
+                                                                   : exact_bilinear_trial(s, sx[v], sy[v], x, y);
           if (!(t.B > 0)) continue;
           const double Z = t.A / std::sqrt(t.B);
           digest.add(t.A, t.B, Z, x, y, v);
@@ -152,6 +86,7 @@ class ReferenceEngine final : public Engine {
         }
       }
     }
+    if (in.policy.stop_requested()) throw Cancelled("reference engine: search stopped on request");
     result.digest.z_thr = z_thr;
     std::int64_t total = 0;
     for (int j = 0; j < r.height; ++j) {

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <numbers>
 #include <set>
 #include <sstream>
 
 #include "shiftstack/error.hpp"
+#include "shiftstack/multi_device.hpp"
 
 namespace shiftstack::io {
 
@@ -52,6 +54,7 @@ encode_num_bytes: -1        # [KBMOD] psi/phi storage: -1 float32, 2 float16, 1 
 engine: auto                # auto: the fastest available engine; or one by name (reference, cpu, ...)
 cpu_only: false             # [KBMOD] with engine auto, never pick a GPU engine
 likelihood_device: auto     # psi/phi maps and encoding: auto (GPU if present and allowed) | gpu | cpu
+gpus: 1                     # GPUs one search is split over: 1 | all | N (the first N) | [0, 1] (a repeat shares a card)
 x_pixel_bounds: null        # [KBMOD] [start, end) of the origins' x; null: the whole image
 y_pixel_bounds: null        # [KBMOD] [start, end) of the origins' y
 max_candidates: 67108864    # more threshold crossings than this stop the run (never truncated)
@@ -375,6 +378,19 @@ SearchConfig convert(const YAML::Node& c) {
   s.engine = get_string(c["engine"], "engine");
   s.cpu_only = get_bool(c["cpu_only"], "cpu_only");
   s.likelihood_device = get_choice(c["likelihood_device"], "likelihood_device", {"auto", "gpu", "cpu"});
+  // gpus: a scalar (1, all, N, "0,1") or a list of device indices; checked where devices are known.
+  if (c["gpus"].IsSequence()) {
+    s.gpus.clear();
+    for (const auto& d : c["gpus"]) s.gpus += std::to_string(get_int(d, "gpus")) + ",";
+    if (c["gpus"].size() > 1) s.gpus.pop_back();  // "1," stays a one-device list
+  } else {
+    s.gpus = get_string(c["gpus"], "gpus");
+  }
+  try {
+    if (s.gpus != "all") parse_device_list(s.gpus, std::numeric_limits<int>::max());  // syntax only here
+  } catch (const Error& e) {
+    throw Error(std::string("config key gpus: ") + e.what());
+  }
   s.x_bounds = get_bounds(c["x_pixel_bounds"], "x_pixel_bounds");
   s.y_bounds = get_bounds(c["y_pixel_bounds"], "y_pixel_bounds");
   s.max_candidates = get_int(c["max_candidates"], "max_candidates");

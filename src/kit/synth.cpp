@@ -47,7 +47,7 @@ Image<float> gaussian_psf(double sigma) {
 }
 
 const std::vector<std::string>& workload_names() {
-  static const std::vector<std::string> names = {"dense", "kbmod", "deep", "ci"};
+  static const std::vector<std::string> names = {"dense", "kbmod", "deep", "ci", "nights"};
   return names;
 }
 
@@ -62,6 +62,10 @@ KitOptions workload(const std::string& name) {
     o.exposures = 100, o.width = 2048, o.height = 4096, o.vx_count = 50, o.vy_count = 30;
   } else if (name == "ci") {
     o.exposures = 32, o.width = 128, o.height = 128, o.vx_count = 17, o.vy_count = 17;
+  } else if (name == "nights") {
+    // A multi-night field: 5 nights of 20 exposures over a week, 6 h per night.
+    o.exposures = 100, o.width = 256, o.height = 256, o.vx_count = 65, o.vy_count = 65;
+    o.span_days = 7, o.nights = 5, o.night_days = 0.25;
   } else {
     std::string known;
     for (const auto& n : workload_names()) known += (known.empty() ? "" : ", ") + n;
@@ -75,6 +79,9 @@ KitStack make_kit(const KitOptions& o) {
   require(o.vx_count > 0 && o.vy_count > 0, "kit: velocity grid must be non-empty");
   require(o.span_days > 0, "kit: span_days must be > 0");
   require(o.psf_sigma_min > 0 && o.psf_sigma_max >= o.psf_sigma_min, "kit: bad PSF sigma range");
+  require(o.nights >= 0 && o.nights <= o.exposures, "kit: nights must be in [0, exposures]");
+  require(o.nights == 0 || (o.night_days > 0 && o.night_days * o.nights < o.span_days),
+          "kit: the nights (night_days each) must fit the span with gaps between them");
   KitStack kit;
   kit.options = o;
   const int E = o.exposures, W = o.width, H = o.height;
@@ -85,12 +92,34 @@ KitStack make_kit(const KitOptions& o) {
   {
     auto rng = stream(o.seed, epochs_stream);
     std::uniform_real_distribution<double> unit(0, 1);
-    for (int e = 0; e < E; ++e) {
-      // Irregular: jittered slots, so epochs stay distinct and in time order.
-      const double slot = o.span_days / E;
-      epochs[e] = base_epoch + (E == 1 ? 0 : e * slot) +
-                  (o.irregular_epochs && E > 1 ? 0.8 * slot * unit(rng) : 0.0);
-      if (o.irregular_epochs) exptime[e] = 60 + 120 * unit(rng);
+    if (o.nights == 0) {
+      for (int e = 0; e < E; ++e) {
+        // Irregular: jittered slots, so epochs stay distinct and in time order.
+        const double slot = o.span_days / E;
+        epochs[e] = base_epoch + (E == 1 ? 0 : e * slot) +
+                    (o.irregular_epochs && E > 1 ? 0.8 * slot * unit(rng) : 0.0);
+        if (o.irregular_epochs) exptime[e] = 60 + 120 * unit(rng);
+      }
+    } else {
+      // Night starts spread over the span, each moved by up to a third of the free time
+      // between nights; exposures at sorted random times within the night (irregular cadence),
+      // or evenly spaced when irregular_epochs is off.
+      const int N = o.nights;
+      const double free = (o.span_days - o.night_days) / std::max(1, N - 1);
+      int e = 0;
+      for (int n = 0; n < N; ++n) {
+        const double jitter = (N > 1 && n > 0 && n < N - 1 && o.irregular_epochs) ? (unit(rng) - 0.5) * free / 1.5 : 0;
+        const double start = n * free + jitter;
+        const int count = E / N + (n < E % N ? 1 : 0);
+        std::vector<double> times(count);
+        for (int k = 0; k < count; ++k)
+          times[k] = o.irregular_epochs ? unit(rng) * o.night_days : (k + 0.5) * o.night_days / count;
+        std::sort(times.begin(), times.end());
+        for (int k = 0; k < count; ++k, ++e) {
+          epochs[e] = base_epoch + start + times[k];
+          if (o.irregular_epochs) exptime[e] = 60 + 120 * unit(rng);
+        }
+      }
     }
   }
   MotionBank& bank = kit.bank;
@@ -187,27 +216,53 @@ KitStack make_kit(const KitOptions& o) {
       std::uniform_int_distribution<int> d(n / 4, std::max(n / 4, (3 * n) / 4 - 1));
       return d(rng);
     };
-    const int ix = pick(o.vx_count), iy = pick(o.vy_count);
-    truth.velocity = std::int64_t(iy) * o.vx_count + ix;
-    truth.vx = bank.vx_axis[ix];
-    truth.vy = bank.vy_axis[iy];
     const int margin = int(std::ceil(o.velocity_displacement + o.curve_amplitude)) +
                        psf_radius(o.psf_sigma_max) + 2;
     require(W > 2 * margin && H > 2 * margin,
             "kit: image too small for the injected trajectory (needs > " +
                 std::to_string(2 * margin) + " px)");
-    std::uniform_int_distribution<int> ux(margin, W - 1 - margin), uy(margin, H - 1 - margin);
-    truth.x = ux(rng);
-    truth.y = uy(rng);
-
-    // Positions along the trajectory, and B there from the actual maps (SPEC 3).
     std::vector<double> px(E), py(E);
-    for (int e = 0; e < E; ++e) {
-      // Round the shift itself, as every engine does (x0 + round(s), SPEC 2), not x0 + s.
-      const double sx = bank.shift_x(truth.velocity, e), sy = bank.shift_y(truth.velocity, e);
-      const bool integer = o.shift_mode == ShiftMode::integer;
-      px[e] = truth.x + (integer ? round_shift(sx) : sx);
-      py[e] = truth.y + (integer ? round_shift(sy) : sy);
+    if (!o.inject_off_grid) {
+      const int ix = pick(o.vx_count), iy = pick(o.vy_count);
+      truth.velocity = std::int64_t(iy) * o.vx_count + ix;
+      truth.vx = bank.vx_axis[ix];
+      truth.vy = bank.vy_axis[iy];
+      std::uniform_int_distribution<int> ux(margin, W - 1 - margin), uy(margin, H - 1 - margin);
+      truth.x = ux(rng);
+      truth.y = uy(rng);
+      truth.x_true = truth.x;
+      truth.y_true = truth.y;
+      // Positions along the trajectory, and B there from the actual maps (SPEC 3).
+      for (int e = 0; e < E; ++e) {
+        // Round the shift itself, as every engine does (x0 + round(s), SPEC 2), not x0 + s.
+        const double sx = bank.shift_x(truth.velocity, e), sy = bank.shift_y(truth.velocity, e);
+        const bool integer = o.shift_mode == ShiftMode::integer;
+        px[e] = truth.x + (integer ? round_shift(sx) : sx);
+        py[e] = truth.y + (integer ? round_shift(sy) : sy);
+      }
+    } else {
+      // Anywhere in the bank's range and at any sub-pixel origin; the nearest bank trial.
+      auto [vx_lo, vx_hi] = std::minmax_element(bank.vx_axis.begin(), bank.vx_axis.end());
+      auto [vy_lo, vy_hi] = std::minmax_element(bank.vy_axis.begin(), bank.vy_axis.end());
+      std::uniform_real_distribution<double> uvx(*vx_lo, *vx_hi), uvy(*vy_lo, *vy_hi);
+      std::uniform_real_distribution<double> ux(margin, W - 1 - margin), uy(margin, H - 1 - margin);
+      truth.vx = uvx(rng);
+      truth.vy = uvy(rng);
+      truth.x_true = ux(rng);
+      truth.y_true = uy(rng);
+      truth.x = int(std::floor(truth.x_true + 0.5));
+      truth.y = int(std::floor(truth.y_true + 0.5));
+      auto nearest = [](const std::vector<double>& axis, double v) {
+        std::size_t best = 0;
+        for (std::size_t i = 1; i < axis.size(); ++i)
+          if (std::abs(axis[i] - v) < std::abs(axis[best] - v)) best = i;
+        return best;
+      };
+      truth.velocity = std::int64_t(nearest(bank.vy_axis, truth.vy) * bank.vx_count() + nearest(bank.vx_axis, truth.vx));
+      for (int e = 0; e < E; ++e) {
+        px[e] = truth.x_true + truth.vx * bank.dt(e) + bank.curve_at_x(e);
+        py[e] = truth.y_true + truth.vy * bank.dt(e) + bank.curve_at_y(e);
+      }
     }
     // Source template at each position: the PSF centred on it (sub-pixel in fractional mode).
     std::vector<Image<float>> templates(E);

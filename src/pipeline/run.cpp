@@ -31,10 +31,12 @@ double seconds_since(Clock::time_point start) {
 struct StageRecorder {
   RunOutput& out;
   const std::function<void(const StageTime&)>& progress;
+  const std::atomic<bool>* stop = nullptr;
   void record(const std::string& name, Clock::time_point start, const std::string& detail) {
     StageTime s{name, seconds_since(start), detail};
     out.stages.push_back(s);
     if (progress) progress(s);
+    if (stop && stop->load()) throw Cancelled("run stopped on request after the " + name + " stage");
   }
 };
 
@@ -58,30 +60,37 @@ std::uint64_t hash_double(std::uint64_t h, double v) {
 }
 
 void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOptions& options,
-                     std::future<void>* device_warm_up = nullptr) {
-  StageRecorder stage{out, options.progress};
-  const ExposureStack& stack = out.loaded.stack;
+                     std::future<void>* device_warm_up = nullptr, const SharedInputs* shared = nullptr) {
+  StageRecorder stage{out, options.progress, options.stop};
+  // With SharedInputs the exposures are read in place; out.loaded holds their metadata only.
+  const LoadedStack& loaded = shared ? *shared->loaded : out.loaded;
+  const ExposureStack& stack = loaded.stack;
 
   auto start = Clock::now();
-  BankStage bank = build_bank(config, out.loaded);
+  BankStage bank = build_bank(config, loaded);
   out.bank = std::move(bank.bank);
   stage.record("bank", start, bank.detail);
 
+  // The host's maps and cube, when it keeps them (SharedInputs); checked against this run.
+  const bool reuse = shared && shared->likelihood && shared->encoded && config.likelihood_device != "gpu";
   start = Clock::now();
   if (device_warm_up && device_warm_up->valid()) device_warm_up->get();
-  LikelihoodMaps maps = compute_maps(config, stack, out.bank.mode);
+  LikelihoodMaps maps = reuse ? kept_maps(*shared->likelihood, stack, out.bank.mode)
+                              : compute_maps(config, stack, out.bank.mode);
   out.likelihood_device = maps.on_gpu() ? "gpu" : "cpu";
   out.warnings.insert(out.warnings.end(), maps.warnings.begin(), maps.warnings.end());
   stage.record("likelihood", start, maps.detail);
 
   start = Clock::now();
   out.encoding = options.encoding.value_or(config.encoding);
-  EncodeStage encoded = encode_maps(maps, out.encoding);
+  EncodeStage encoded = reuse ? kept_cube(*shared->encoded, out.encoding, stack.size()) : encode_maps(maps, out.encoding);
   stage.record("encode", start, encoded.detail);
 
   start = Clock::now();
-  SearchStage searched = search_stage(config, options.engine, std::move(encoded.stack), out.bank, maps.on_gpu());
+  SearchStage searched =
+      search_stage(config, options.engine, std::move(encoded), out.bank, maps.on_gpu(), options.stop);
   out.engine = searched.result.engine;
+  out.devices = searched.devices;
   out.digest = searched.result.digest;
   out.threshold_crossings = std::int64_t(searched.result.candidates.size());
   stage.record("search", start, searched.detail);
@@ -118,7 +127,7 @@ void run_from_loaded(const SearchConfig& config, RunOutput& out, const RunOption
 
 RunOutput run_search(const SearchConfig& config, const RunOptions& options) {
   RunOutput out;
-  StageRecorder stage{out, options.progress};
+  StageRecorder stage{out, options.progress, options.stop};
   // The CUDA context takes a while to create: make it on a thread while the files are read.
   std::future<void> device_warm_up;
 #ifdef SHIFTSTACK_HAVE_CUDA
@@ -138,6 +147,24 @@ RunOutput run_search(const SearchConfig& config, const RunOptions& options) {
   }
   out.warnings = out.loaded.warnings;
   run_from_loaded(config, out, options, &device_warm_up);
+  return out;
+}
+
+RunOutput run_search(const SearchConfig& config, const SharedInputs& inputs, const RunOptions& options) {
+  require(inputs.loaded != nullptr, "run_search: no exposures");
+  const LoadedStack& loaded = *inputs.loaded;
+  const std::size_t E = loaded.stack.exposures.size();
+  require(E > 0 && loaded.curve_x.size() == E && loaded.curve_y.size() == E && loaded.wcs.size() == E &&
+              loaded.info.size() == E,
+          "run_search: per-exposure metadata does not match the shared stack");
+  RunOutput out;
+  out.loaded.curve_x = loaded.curve_x;
+  out.loaded.curve_y = loaded.curve_y;
+  out.loaded.info = loaded.info;
+  out.loaded.wcs = loaded.wcs;
+  out.loaded.warnings = loaded.warnings;
+  out.warnings = loaded.warnings;
+  run_from_loaded(config, out, options, nullptr, &inputs);
   return out;
 }
 
@@ -308,6 +335,7 @@ nlohmann::json run_summary(const RunOutput& run, const SearchConfig& config, con
           {"engine", run.engine},
           {"encoding", to_string(run.encoding)},
           {"likelihood_device", run.likelihood_device},
+          {"devices", run.devices},
           {"bank",
            {{"velocities", run.bank.size()},
             {"t_ref", run.bank.t_ref},

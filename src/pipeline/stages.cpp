@@ -8,6 +8,7 @@
 
 #include "shiftstack/encoding.hpp"
 #include "shiftstack/error.hpp"
+#include "shiftstack/multi_device.hpp"
 
 namespace shiftstack::io {
 
@@ -138,20 +139,41 @@ LikelihoodMaps compute_maps(const SearchConfig& config, const ExposureStack& sta
   return maps;
 }
 
+LikelihoodMaps kept_maps(const LikelihoodStack& kept, const ExposureStack& stack, ShiftMode mode) {
+  require(kept.exposures == stack.size() && (mode == ShiftMode::integer || kept.has_covariances()),
+          "run_search: the shared likelihood maps do not match this run");
+  LikelihoodMaps maps;
+  maps.kept = &kept;
+  maps.detail = "psi/phi for " + std::to_string(stack.size()) + " exposures (kept from an earlier run)";
+  return maps;
+}
+
+EncodeStage kept_cube(const EncodedStack& kept, Encoding encoding, int exposures) {
+  require(kept.encoding == encoding && kept.exposures == exposures,
+          "run_search: the shared encoded cube does not match this run's encoding");
+  EncodeStage out;
+  out.kept = &kept;
+  const double gigabytes = double(kept.plane_size()) * kept.exposures * double(kept.bytes_per_pair()) / 1e9;
+  out.detail = to_string(encoding) + ", " + format("%.3g GB", gigabytes) + " (kept from an earlier run)";
+  return out;
+}
+
 EncodeStage encode_maps(const LikelihoodMaps& maps, Encoding encoding) {
   EncodeStage out;
 #ifdef SHIFTSTACK_HAVE_CUDA
   if (maps.on_gpu()) out.stack = std::make_unique<EncodedStack>(maps.device->encode(encoding));
 #endif
-  if (!maps.on_gpu()) out.stack = std::make_unique<EncodedStack>(encode(maps.host, encoding));
+  if (!maps.on_gpu()) out.stack = std::make_unique<EncodedStack>(encode(maps.planes(), encoding));
   const double gigabytes = double(out.stack->plane_size()) * out.stack->exposures * double(out.stack->bytes_per_pair()) / 1e9;
   out.detail = to_string(encoding) + ", " + format("%.3g GB", gigabytes) + (maps.on_gpu() ? " on the GPU" : "");
   return out;
 }
 
-SearchStage search_stage(const SearchConfig& config, const std::string& requested, std::unique_ptr<EncodedStack> encoded,
-                         const MotionBank& bank, bool cube_on_gpu) {
+SearchStage search_stage(const SearchConfig& config, const std::string& requested, EncodeStage encoded,
+                         const MotionBank& bank, bool cube_on_gpu, const std::atomic<bool>* stop) {
+  const EncodedStack& cube = encoded.cube();
   OutputPolicy policy;
+  policy.stop = stop;
   policy.collect_candidates = true;
   policy.candidate_threshold = config.filter.lh_level;
   policy.max_candidates = config.max_candidates;
@@ -164,29 +186,53 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
     region.y0 = (*config.y_bounds)[0];
     region.height = (*config.y_bounds)[1] - (*config.y_bounds)[0];
   }
-  const SearchInput probe{encoded.get(), &bank, resolve(region, encoded->width, encoded->height), policy};
+  const SearchInput probe{&cube, &bank, resolve(region, cube.width, cube.height), policy};
   auto engine = choose_engine(requested.empty() ? config.engine : requested, config.cpu_only, probe);
   std::string note;
 #ifdef SHIFTSTACK_HAVE_CUDA
   // Engines other than the CUDA gathers read the host payload: fetch the device cube for them.
   if (cube_on_gpu && !cuda::reads_device_cube(engine->name())) {
-    cuda::download_device_cube(*encoded);
+    cuda::download_device_cube(*encoded.stack);
     note = " (cube fetched from the GPU)";
   }
 #else
   (void)cube_on_gpu;
 #endif
   SearchStage out;
-  out.result = search(*engine, *encoded, bank, policy, region);
-  const int E = encoded->exposures;
-  encoded.reset();
+  // gpus: one search split over several devices (the same digest; multi_device.hpp). CPU engines
+  // have no devices: "all" is one band there, a count or a list gives that many bands in turn.
+  const bool gpu_engine = [&] {
+    for (const auto& e : engines())
+      if (e.name == engine->name()) return e.gpu;
+    return false;
+  }();
+  out.devices = config.gpus == "all" && !gpu_engine
+                    ? std::vector<int>{0}
+                    : parse_device_list(config.gpus, gpu_engine ? visible_device_count() : std::numeric_limits<int>::max());
+  if (out.devices.size() > 1 || out.devices.front() != 0) {
+#ifdef SHIFTSTACK_HAVE_CUDA
+    // Every device uploads its band from the host copy.
+    if (cube_on_gpu && cuda::reads_device_cube(engine->name())) {
+      cuda::download_device_cube(*encoded.stack);
+      note = " (cube fetched from the GPU)";
+    }
+#endif
+    DeviceSplit split{out.devices, {}, false};
+    out.result = search_on_devices(engine->name(), cube, bank, policy, region, split);
+    note += " over " + std::to_string(out.devices.size()) + " device band(s) " + config.gpus +
+            (split.parallel ? " in parallel" : " in turn");
+  } else {
+    out.result = search(*engine, cube, bank, policy, region);
+  }
+  const int E = cube.exposures;
+  encoded.stack.reset();
 #ifdef SHIFTSTACK_HAVE_CUDA
   if (cube_on_gpu) cuda::release_device_cube();
 #endif
   std::ostringstream d;
   d << out.result.engine << ": " << double(out.result.digest.trials) << " trials x " << E << " exposures, maxZ "
     << format("%.2f", out.result.digest.maxZ) << ", " << out.result.candidates.size() << " above lh_level "
-    << config.filter.lh_level << note;
+    << config.filter.lh_level << note << (out.result.note.empty() ? "" : "; " + out.result.note);
   out.detail = d.str();
   return out;
 }
@@ -195,7 +241,7 @@ FilterStage filter_stage(std::vector<Candidate> candidates, const LikelihoodMaps
                          const FilterOptions& options) {
   FilterStage out;
   if (!maps.on_gpu()) {
-    out.detections = filter_candidates(candidates, maps.host, bank, options, &out.stats);
+    out.detections = filter_candidates(candidates, maps.planes(), bank, options, &out.stats);
   } else {
 #ifdef SHIFTSTACK_HAVE_CUDA
     // Batches of candidates keep the sampled curves small whatever the number of crossings.

@@ -3,6 +3,7 @@
 //   bank -> likelihood -> encode -> search -> filter -> cluster -> stamps -> wcs
 // Each stage's `detail` is the line the progress output shows for it.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,33 +31,43 @@ BankStage build_bank(const SearchConfig& config, const LoadedStack& loaded);
 // likelihood: psi/phi on the GPU when chosen (the planes then stay on the device: the gathers
 // search the cube encoded there and light curves are sampled there), otherwise on the CPU.
 struct LikelihoodMaps {
-  LikelihoodStack host;  // empty when on the GPU
+  LikelihoodStack host;  // empty when on the GPU or kept by the caller
+  const LikelihoodStack* kept = nullptr;  // the caller's maps (SharedInputs), used in place
 #ifdef SHIFTSTACK_HAVE_CUDA
   std::unique_ptr<cuda::DeviceLikelihood> device;
 #endif
   std::vector<std::string> warnings;
   std::string detail;
   bool on_gpu() const;
+  const LikelihoodStack& planes() const { return kept ? *kept : host; }  // on the host
 };
 LikelihoodMaps compute_maps(const SearchConfig& config, const ExposureStack& stack, ShiftMode mode);
+// The maps a caller keeps between runs, checked against this stack and shift mode.
+LikelihoodMaps kept_maps(const LikelihoodStack& kept, const ExposureStack& stack, ShiftMode mode);
 // Whether psi/phi may go to the GPU at all (decides whether to warm the device up early).
 bool gpu_likelihood_wanted(const SearchConfig& config);
 
 // encode: the storage encoding of the planes (on the device when they are there).
 struct EncodeStage {
-  std::unique_ptr<EncodedStack> stack;
+  std::unique_ptr<EncodedStack> stack;  // made by this run
+  const EncodedStack* kept = nullptr;   // or the caller's (SharedInputs)
   std::string detail;
+  const EncodedStack& cube() const { return kept ? *kept : *stack; }
 };
 EncodeStage encode_maps(const LikelihoodMaps& maps, Encoding encoding);
+// The cube a caller keeps between runs, checked against this run's encoding and exposures.
+EncodeStage kept_cube(const EncodedStack& kept, Encoding encoding, int exposures);
 
 // search: picks the engine (`requested`, or the config's; "auto" = fastest that supports the
-// input) and runs it over the configured pixel bounds. The encoded cube is released after it.
+// input) and runs it over the configured pixel bounds; `stop` (may be null) is polled by the
+// engine. The cube made by this run is released after it.
 struct SearchStage {
   SearchResult result;
+  std::vector<int> devices;  // the device bands of config gpus ({0}: one search)
   std::string detail;
 };
-SearchStage search_stage(const SearchConfig& config, const std::string& requested, std::unique_ptr<EncodedStack> encoded,
-                         const MotionBank& bank, bool cube_on_gpu);
+SearchStage search_stage(const SearchConfig& config, const std::string& requested, EncodeStage encoded,
+                         const MotionBank& bank, bool cube_on_gpu, const std::atomic<bool>* stop);
 
 // filter: light curves of the threshold crossings, sigma-G clipping, likelihood and obs_count cuts.
 struct FilterStage {

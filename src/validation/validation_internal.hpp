@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "shiftstack/likelihood.hpp"
 #include "shiftstack/motion.hpp"
 #include "shiftstack/search.hpp"
@@ -28,6 +30,14 @@ std::vector<std::uint8_t> near_mask_flags(const ExposureStack& stack, const Moti
                                           double near_mask_fwhm, Region region = {});
 
 using shiftstack::ClassSums;  // public: per-pair records carry them
+
+// JSON pieces shared by the reports (validation_output.cpp) and the saved records
+// (validation_records.cpp): every kit option (so records can rebuild the kits), a run's options
+// around a kit's JSON, and where a report was made.
+nlohmann::json full_kit_json(const KitOptions& k);
+nlohmann::json run_options_json(const ValidationOptions& o, nlohmann::json kit);
+nlohmann::json provenance_json(const Provenance& p);
+Provenance provenance_of(const nlohmann::json& j);
 
 // Whole-image near-mask flags reduced to one null window: the window of side `side` (clipped to
 // the image) with the most trials away from masks, ties to the lowest y, then x.

@@ -13,6 +13,9 @@
 #include <map>
 #include <mutex>
 
+#include <cuda_runtime.h>
+#include <cufft.h>
+
 #include "../../src/cuda/spectral/spectral_engine.hpp"
 #include "../test_support.hpp"
 #include "shiftstack/tc_emulation.hpp"
@@ -262,6 +265,38 @@ TEST(GpuFourier, FractionalShiftsMatchReference) {
   }
 }
 
+// Every trial's FFT-route B declared untrusted (SHIFTSTACK_FOURIER_EXACT_BELOW far above any B):
+// every scored trial is then gathered exactly by the recompute kernel, more of them than its
+// first list holds (the scan reruns with a longer one), and the digest and the candidate list
+// must still be the reference's, integer and fractional.
+TEST(GpuFourier, ExactGatherOfEveryTrial) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  setenv("SHIFTSTACK_FOURIER_EXACT_BELOW", "1e30", 1);
+  for (const char* name : {"tiny", "tiny-fractional"}) {
+    SCOPED_TRACE(name);
+    const Case& c = case_for(name, Encoding::fp32, "reference");
+    auto engine = make_engine("cuda-fourier");
+    const SearchResult r = search(*engine, c.stack, c.kit.bank, listing_policy(c.reference.digest.z_thr));
+    expect_agreement("cuda-fourier", c, r, DigestTolerance::fp32());
+    const cuda::SpectralDiagnostics& d = diagnostics_of(*engine);
+    EXPECT_EQ(d.recomputed_trials, c.reference.digest.scored) << "every scored trial gathered exactly";
+    EXPECT_GT(d.recomputed_trials, std::int64_t(1) << 16) << "the first list must overflow for this test";
+    ASSERT_EQ(r.candidates.size(), c.reference.candidates.size());
+    for (std::size_t i = 0; i < r.candidates.size(); ++i) {
+      const Candidate &g = r.candidates[i], &x = c.reference.candidates[i];
+      ASSERT_TRUE(g.velocity == x.velocity && g.x == x.x && g.y == x.y) << "candidate " << i;
+      EXPECT_NEAR(g.Z, x.Z, 1e-4) << "candidate " << i;
+      EXPECT_EQ(g.obs_count, x.obs_count) << "candidate " << i;
+    }
+    // Run to run: the same digest (the exact sums and their merge have a fixed order).
+    const SearchResult again = search(*engine, c.stack, c.kit.bank, listing_policy(c.reference.digest.z_thr));
+    EXPECT_EQ(again.digest.sumA, r.digest.sumA);
+    EXPECT_EQ(again.digest.sumB, r.digest.sumB);
+    EXPECT_EQ(again.digest.maxZ, r.digest.maxZ);
+  }
+  unsetenv("SHIFTSTACK_FOURIER_EXACT_BELOW");
+}
+
 TEST(GpuFourier, FractionalShiftsNeedCovariancePlanes) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
   const Case& c = case_for("tiny-fractional", Encoding::fp32, "reference");
@@ -434,5 +469,64 @@ TEST(GpuFourier, DISABLED_DenseStageTimes) {
                 (long long)d.geometry.frequencies(), d.geometry.nx, d.geometry.ny,
                 samples / (stage(&cuda::SpectralStageTimes::total_ms) * 1e-3) / 1e9, digest.maxZ);
     unsetenv("SHIFTSTACK_TC_KERNEL");
+  }
+}
+
+// Not a test: cuFFT's inverse transforms at the `dense` batch (2 channels x 4225 velocities) for
+// padded sizes around 280 (the y-halved 2-D c2r the route runs, its y pass alone, and one
+// complex 2-D transform of both channels at once), to see what the inverse stage could gain from
+// another padding rule or a split of the axes:
+//   shiftstack_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='*InverseTransformSizes*'
+TEST(GpuFourier, DISABLED_InverseTransformSizes) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const int velocities = 65 * 65, batch = 2 * velocities;
+  std::printf("\n%6s %12s %12s %14s %12s  (ms, median of 5; GB/s = bytes read + written once)\n", "n",
+              "c2r 2-D", "c2r y only", "c2c 2-D (1/2)", "c2r GB/s");
+  for (int n : {280, 288, 294, 300, 320}) {
+    const int nyh = n / 2 + 1;
+    const std::size_t complex_values = std::size_t(batch) * n * nyh;
+    void* data = nullptr;
+    ASSERT_EQ(cudaMalloc(&data, complex_values * sizeof(cufftComplex)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(data, 0x3c, complex_values * sizeof(cufftComplex)), cudaSuccess);  // not zeros
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    auto time_plan = [&](cufftHandle plan, bool c2c) {
+      std::vector<float> ms;
+      for (int run = 0; run < 6; ++run) {
+        cudaEventRecord(start);
+        const cufftResult status =
+            c2c ? cufftExecC2C(plan, static_cast<cufftComplex*>(data), static_cast<cufftComplex*>(data), CUFFT_INVERSE)
+                : cufftExecC2R(plan, static_cast<cufftComplex*>(data), static_cast<cufftReal*>(data));
+        cudaEventRecord(stop);
+        cudaEventSynchronize(stop);
+        EXPECT_EQ(status, CUFFT_SUCCESS);
+        float t = 0;
+        cudaEventElapsedTime(&t, start, stop);
+        if (run) ms.push_back(t);
+      }
+      std::sort(ms.begin(), ms.end());
+      return ms[ms.size() / 2];
+    };
+    int dims[2] = {n, n}, real_embed[2] = {n, 2 * nyh}, complex_embed[2] = {n, nyh};
+    cufftHandle c2r = 0, rows = 0, c2c = 0;
+    ASSERT_EQ(cufftPlanMany(&c2r, 2, dims, complex_embed, 1, n * nyh, real_embed, 1, n * 2 * nyh, CUFFT_C2R, batch),
+              CUFFT_SUCCESS);
+    int row[1] = {n}, row_complex[1] = {nyh}, row_real[1] = {2 * nyh};
+    ASSERT_EQ(cufftPlanMany(&rows, 1, row, row_complex, 1, nyh, row_real, 1, 2 * nyh, CUFFT_C2R, batch * n),
+              CUFFT_SUCCESS);
+    const double two_d = time_plan(c2r, false), y_only = time_plan(rows, false);
+    double complex_2d = 0;
+    if (std::size_t(velocities) * n * n <= complex_values &&
+        cufftPlanMany(&c2c, 2, dims, nullptr, 1, 0, nullptr, 1, 0, CUFFT_C2C, velocities) == CUFFT_SUCCESS)
+      complex_2d = time_plan(c2c, true);
+    const double bytes = double(complex_values) * 8 * 2;
+    std::printf("%6d %12.3f %12.3f %14.3f %12.0f\n", n, two_d, y_only, complex_2d, bytes / (two_d * 1e-3) / 1e9);
+    cufftDestroy(c2r);
+    cufftDestroy(rows);
+    if (c2c) cufftDestroy(c2c);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaFree(data);
   }
 }

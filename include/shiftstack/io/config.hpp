@@ -39,6 +39,7 @@ struct SearchConfig {
   std::string engine = "auto";
   bool cpu_only = false;
   std::string likelihood_device = "auto";  // where psi/phi are computed and encoded: auto, gpu, cpu
+  std::string gpus = "1";  // devices one search is split over: 1, all, N, or a list "0,1" (multi_device.hpp)
   std::optional<std::array<int, 2>> x_bounds, y_bounds;  // [start, end) of origins
   std::int64_t max_candidates = std::int64_t(1) << 26;
   FilterOptions filter;

@@ -76,12 +76,18 @@ struct State {
   UploadStats stats;
   std::size_t budget = 0;
   bool budget_read = false;
+  int sharing = 1;  // threads planning with this card's free memory at once
 };
 
-State& state() {
+State& shared_state() {
   static State* s = new State;  // never destroyed: device frees at exit are the driver's job
   return *s;
 }
+
+// A DeviceWorkerScope's own state, else the process-wide one.
+thread_local State* worker_state = nullptr;
+
+State& state() { return worker_state ? *worker_state : shared_state(); }
 
 std::size_t budget_from_environment() {
   const char* text = std::getenv("SHIFTSTACK_CUDA_MEMORY_BUDGET");
@@ -212,8 +218,40 @@ std::size_t available_for_cube() {
   SHIFTSTACK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   State& s = state();
   std::lock_guard guard(s.lock);
-  return free_bytes + s.cube.bytes() + s.covariances.data.bytes();
+  return free_bytes / std::size_t(s.sharing) + s.cube.bytes() + s.covariances.data.bytes();
 }
+
+int device_count() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
+DeviceWorkerScope::DeviceWorkerScope(int device, int sharing) {
+  require(worker_state == nullptr, "internal: nested DeviceWorkerScope");
+  require(sharing >= 1, "internal: DeviceWorkerScope sharing must be >= 1");
+  const int count = device_count();
+  require(device >= 0 && device < count, "CUDA device " + std::to_string(device) + " does not exist (" +
+                                             std::to_string(count) + " visible)");
+  SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&previous_device_));
+  SHIFTSTACK_CUDA_CHECK(cudaSetDevice(device));
+  const std::size_t explicit_budget = memory_budget();  // the process-wide setting
+  State* s = new State;
+  s->sharing = sharing;
+  s->budget = explicit_budget / std::size_t(sharing);
+  s->budget_read = true;
+  state_ = s;
+  worker_state = s;
+}
+
+DeviceWorkerScope::~DeviceWorkerScope() {
+  worker_state = nullptr;
+  State* s = static_cast<State*>(state_);
+  cudaDeviceSynchronize();  // no check: may run during unwinding; kernels must finish before frees
+  delete s;                 // its buffers free themselves on the thread's device
+  cudaSetDevice(previous_device_);
+}
+
+int device_sharing() { return state().sharing; }
 
 namespace {
 

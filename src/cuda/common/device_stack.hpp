@@ -25,4 +25,29 @@ UploadStats upload_stats();
 // Frees the cached cube (the next search uploads again).
 void release_device_cache();
 
+// CUDA devices visible to this process (0 when none, or no driver).
+int device_count();
+
+// Binds the calling thread to `device` for searches that share the card with `sharing` - 1 other
+// threads (a device listed several times in a multi-device search): until the scope ends the
+// thread has a cube cache of its own, and its automatic memory budget is 1/sharing of the card's
+// free memory (an explicit budget is divided the same way). What the thread uploaded is freed,
+// and the thread's previous device made current again, when the scope ends. One scope per
+// thread at a time; the shared cache serves threads outside one.
+class DeviceWorkerScope {
+ public:
+  DeviceWorkerScope(int device, int sharing);
+  ~DeviceWorkerScope();
+  DeviceWorkerScope(const DeviceWorkerScope&) = delete;
+  DeviceWorkerScope& operator=(const DeviceWorkerScope&) = delete;
+
+ private:
+  void* state_ = nullptr;
+  int previous_device_ = 0;
+};
+
+// Threads sharing the calling thread's device (1 outside a DeviceWorkerScope): engines that size
+// their buffers from the free memory divide it by this.
+int device_sharing();
+
 }  // namespace shiftstack::cuda

@@ -30,29 +30,41 @@ __global__ void fill_lists_kernel(TopKEntry* lists, long long n) {
   if (i < n) lists[i] = TopKEntry{-INFINITY, INT_MAX, 0.0f, 0.0f};
 }
 
-// Per origin: merge its sorted partial lists into the best k, best first.
-__global__ void merge_lists_kernel(const TopKEntry* lists, int lists_per_origin, int k,
-                                   long long origins, TopKEntry* merged) {
-  const long long o = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
-  if (o >= origins) return;
-  const TopKEntry* base = lists + o * lists_per_origin * static_cast<long long>(k);
-  constexpr int max_lists = 64;  // checked on the host
-  int head[max_lists];
-  for (int l = 0; l < lists_per_origin; ++l) head[l] = 0;
+// Per origin, one warp: merge its sorted partial lists ([list][slot][origin], see ScanOutputs)
+// into the best k, best first (origin-major). Lane l holds the current head of lists l and l + 32;
+// each round the warp picks the best head (velocities are unique, so there are no ties) and its
+// lane advances. Every list entry is read at most once.
+constexpr int kMergeWarps = 8;
+__global__ void merge_lists_kernel(const TopKEntry* lists, int lists_per_origin, int k, long long origins,
+                                   TopKEntry* merged) {
+  const long long o = blockIdx.x * static_cast<long long>(kMergeWarps) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (o >= origins) return;  // whole warps
+  const TopKEntry empty{-INFINITY, INT_MAX, 0.0f, 0.0f};
+  auto entry = [&](int list, int slot) {
+    if (list >= lists_per_origin || slot >= k) return empty;
+    return lists[(static_cast<long long>(list) * k + slot) * origins + o];
+  };
+  int head0 = 0, head1 = 0;
+  TopKEntry first = entry(lane, 0), second = entry(lane + 32, 0);  // at most 64 lists (checked on the host)
   for (int r = 0; r < k; ++r) {
-    int best = -1;
-    TopKEntry best_entry{-INFINITY, INT_MAX, 0.0f, 0.0f};
-    for (int l = 0; l < lists_per_origin; ++l) {
-      if (head[l] >= k) continue;
-      const TopKEntry e = base[l * k + head[l]];
-      if (e.velocity == INT_MAX) continue;
-      if (best < 0 || better_entry(e.Z, e.velocity, best_entry.Z, best_entry.velocity)) {
-        best = l;
-        best_entry = e;
-      }
+    const bool from_second = better_entry(second.Z, second.velocity, first.Z, first.velocity);
+    const TopKEntry mine = from_second ? second : first;
+    float best_z = mine.Z;
+    int best_v = mine.velocity, best_lane = lane;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float z = __shfl_xor_sync(0xffffffffu, best_z, offset);
+      const int v = __shfl_xor_sync(0xffffffffu, best_v, offset);
+      const int l = __shfl_xor_sync(0xffffffffu, best_lane, offset);
+      if (better_entry(z, v, best_z, best_v)) best_z = z, best_v = v, best_lane = l;
     }
-    if (best >= 0) ++head[best];
-    merged[o * k + r] = best_entry;
+    if (best_v == INT_MAX) {  // every list exhausted (warp-uniform)
+      if (lane == 0) merged[o * k + r] = empty;
+    } else if (lane == best_lane) {
+      merged[o * k + r] = mine;
+      if (from_second) second = entry(lane + 32, ++head1);
+      else first = entry(lane, ++head0);
+    }
   }
 }
 
@@ -176,7 +188,7 @@ int multiprocessor_count() {
   return count;
 }
 
-SearchResult run_gather(GatherMethod& method, const SearchInput& input) {
+SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWorkspace& workspace) {
   const EncodedStack& stack = *input.stack;
   const MotionBank& bank = *input.bank;
   const Region region = input.region;
@@ -200,28 +212,33 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input) {
   out.blocks_x = (region.width + geometry.block_width - 1) / geometry.block_width;
   out.blocks_y = (region.height + geometry.block_height - 1) / geometry.block_height;
   const std::size_t partial_count = std::size_t(geometry.groups) * out.blocks_x * out.blocks_y;
-  DeviceArray<PartialDigest> partials(partial_count);
+  DeviceArray<PartialDigest>& partials = workspace.partials;
+  partials.resize(partial_count);
   out.partials = partials.get();
 
   out.collect = policy.collect_candidates;
   out.candidate_threshold = policy.candidate_threshold;
-  DeviceArray<unsigned long long> candidate_count(1);
+  DeviceArray<unsigned long long>& candidate_count = workspace.candidate_count;
+  candidate_count.resize(1);
   out.candidate_count = candidate_count.get();
   unsigned long long capacity = std::min<unsigned long long>(
       initial_candidate_capacity, static_cast<unsigned long long>(policy.max_candidates));
-  DeviceArray<CandidateRecord> candidates;
-  DeviceArray<int> candidate_obs;
+  DeviceArray<CandidateRecord>& candidates = workspace.candidates;
+  DeviceArray<int>& candidate_obs = workspace.candidate_obs;
 
   std::size_t largest_tile = 0;
   for (const Tile& t : tiles) largest_tile = std::max<std::size_t>(largest_tile, t.origins.count());
   out.top_k = k;
   out.lists_per_origin = geometry.lists_per_origin;
-  DeviceArray<TopKEntry> lists, merged;
-  DeviceArray<int> topk_obs;
+  DeviceArray<TopKEntry>& lists = workspace.lists;
+  DeviceArray<TopKEntry>& merged = workspace.merged;
+  DeviceArray<int>& topk_obs = workspace.topk_obs;
   if (k > 0) {
     lists.resize(largest_tile * geometry.lists_per_origin * std::size_t(k));
     merged.resize(largest_tile * std::size_t(k));
     topk_obs.resize(largest_tile * std::size_t(k));
+    workspace.host_merged.reserve(largest_tile * std::size_t(k));
+    workspace.host_topk_obs.reserve(largest_tile * std::size_t(k));
   }
   out.lists = lists.get();
 
@@ -254,6 +271,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input) {
     unsigned long long found = 0;
     seconds = 0;
     for (const Tile& tile : tiles) {
+      if (policy.stop_requested()) throw Cancelled("CUDA gather: search stopped on request");
       const StackView view = acquire_stack(stack, tile.data, bilinear);
       out.tile_x0 = tile.origins.x0;
       out.tile_y0 = tile.origins.y0;
@@ -268,7 +286,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input) {
       }
       method.scan(view, out, stream);
       if (k > 0) {
-        merge_lists_kernel<<<blocks_for(tile_origins), threads_per_block_1d, 0, stream>>>(
+        merge_lists_kernel<<<unsigned((tile_origins + kMergeWarps - 1) / kMergeWarps), 32 * kMergeWarps, 0, stream>>>(
             lists.get(), geometry.lists_per_origin, k, tile_origins, merged.get());
         SHIFTSTACK_CUDA_CHECK_LAUNCH();
         const long long entries = tile_origins * k;
@@ -299,8 +317,12 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input) {
 
       if (k > 0) {
         const std::size_t entries = std::size_t(tile_origins) * k;
-        const std::vector<TopKEntry> best = merged.download(entries);
-        const std::vector<int> obs = topk_obs.download(entries);
+        const TopKEntry* best = workspace.host_merged.get();
+        const int* obs = workspace.host_topk_obs.get();
+        SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_merged.get(), merged.get(), entries * sizeof(TopKEntry),
+                                         cudaMemcpyDeviceToHost));
+        SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_topk_obs.get(), topk_obs.get(), entries * sizeof(int),
+                                         cudaMemcpyDeviceToHost));
         for (std::size_t i = 0; i < entries; ++i) {
           const std::size_t o = i / k;
           const int x = tile.origins.x0 + int(o % tile.origins.width);

@@ -105,9 +105,48 @@ class GatherMethod {
   virtual double stack_copies() const { return 1.0; }
 };
 
+// A page-locked host allocation (fast, direct downloads) that grows on demand.
+template <typename T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  ~PinnedArray() {
+    if (data_) cudaFreeHost(data_);  // unchecked: may run during unwinding
+  }
+  void reserve(std::size_t n) {
+    if (n <= capacity_) return;
+    if (data_) SHIFTSTACK_CUDA_CHECK(cudaFreeHost(data_));
+    data_ = nullptr;
+    capacity_ = 0;
+    SHIFTSTACK_CUDA_CHECK(cudaMallocHost(&data_, n * sizeof(T)));
+    capacity_ = n;
+  }
+  T* get() const { return data_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+// What a gather engine keeps from one search to the next (grown, never shrunk): the output
+// buffers, above all the top-k lists (origins x lists x k entries), which cost a large device
+// allocation and free per search, and page-locked copies of the merged lists for the download.
+struct GatherWorkspace {
+  DeviceArray<PartialDigest> partials;
+  DeviceArray<unsigned long long> candidate_count;
+  DeviceArray<CandidateRecord> candidates;
+  DeviceArray<int> candidate_obs;
+  DeviceArray<TopKEntry> lists, merged;
+  DeviceArray<int> topk_obs;
+  PinnedArray<TopKEntry> host_merged;
+  PinnedArray<int> host_topk_obs;
+};
+
 // Runs a whole search with the method; result.seconds is device time of the scans (kernels,
 // top-k merge and obs_count passes; uploads excluded).
-SearchResult run_gather(GatherMethod& method, const SearchInput& input);
+SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWorkspace& workspace);
 
 // Maximum dynamic shared memory per block on the current device (bytes).
 int max_shared_memory_per_block();

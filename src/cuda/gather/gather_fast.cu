@@ -558,11 +558,14 @@ class FastEngine final : public Engine {
         std::lock_guard guard(variant_lock());
         last_variant() = tiled_bilinear_name();
       }
-      return run_tiled_bilinear(input);
+      return run_tiled_bilinear(input, workspace_);
     }
     FastMethod method;
-    return run_gather(method, input);
+    return run_gather(method, input, workspace_);
   }
+
+ private:
+  GatherWorkspace workspace_;
 };
 
 }  // namespace

@@ -98,8 +98,11 @@ class SerialEngine final : public Engine {
   std::string unsupported_reason(const SearchInput&) const override { return {}; }
   SearchResult search(const SearchInput& input) override {
     SerialMethod method;
-    return run_gather(method, input);
+    return run_gather(method, input, workspace_);
   }
+
+ private:
+  GatherWorkspace workspace_;
 };
 
 }  // namespace

@@ -161,10 +161,13 @@ class TiledEngine final : public Engine {
     return {};
   }
   SearchResult search(const SearchInput& input) override {
-    if (input.bank->mode == ShiftMode::fractional) return run_tiled_bilinear(input);
+    if (input.bank->mode == ShiftMode::fractional) return run_tiled_bilinear(input, workspace_);
     TiledMethod method;
-    return run_gather(method, input);
+    return run_gather(method, input, workspace_);
   }
+
+ private:
+  GatherWorkspace workspace_;
 };
 
 }  // namespace

@@ -287,11 +287,11 @@ std::string tiled_bilinear_problem(const SearchInput& input) {
   return {};
 }
 
-SearchResult run_tiled_bilinear(const SearchInput& input) {
+SearchResult run_tiled_bilinear(const SearchInput& input, GatherWorkspace& workspace) {
   const std::string problem = tiled_bilinear_problem(input);
   require(problem.empty(), problem);
   BilinearTiledMethod method;
-  return run_gather(method, input);
+  return run_gather(method, input, workspace);
 }
 
 }  // namespace shiftstack::cuda

@@ -128,9 +128,15 @@ struct DigestPartial {
   double sumA, sumB;
   double maxZ;
   long long scored, count, clamped;
-  long long recomputed;  // fractional shifts: trials whose FFT-route B fell below the floor, gathered exactly
   long long argmax_velocity;  // global velocity index, -1 when nothing was scored
   int argmax_x, argmax_y;
+};
+
+// A scored trial whose FFT-route B was untrusted: listed by the scoring kernel, its exact A and B
+// filled in by recompute_trials().
+struct RecomputedTrial {
+  int x, y, velocity;  // velocity: global index
+  float A, B;
 };
 
 struct DeviceCandidate {
@@ -215,6 +221,9 @@ struct SpectralState {
   DeviceArray<DeviceCandidate> candidates;
   DeviceArray<unsigned long long> candidate_count;
   DeviceArray<TopEntry> top;
+  DeviceArray<RecomputedTrial> recompute;  // recompute_capacity entries
+  DeviceArray<unsigned long long> recompute_count;
+  std::size_t recompute_capacity = std::size_t(1) << 16;  // grown to the count when a scan overflows it
 
   SpectralState();
   ~SpectralState();
@@ -229,6 +238,8 @@ struct SpectralState {
   std::size_t channel_stride(int rows) const { return std::size_t(rows) * va * frequencies(); }
   // Normalization of the unnormalized inverse transform, folded into the contraction's output.
   float inverse_norm() const { return float(1.0 / (double(geometry.nx) * geometry.ny)); }
+  // Can a trial's FFT-route B be untrusted and gathered exactly (else: clamped)?
+  bool recompute_listing() const { return fractional || exact_below > 0; }
 };
 
 // --- the encoded stack, decoded on the device ---------------------------------------------------------
@@ -318,6 +329,10 @@ void inverse_transforms(SpectralState& state, int rows);
 // Fills state.extreme_probes from the shift tables.
 void find_extreme_probes(SpectralState& state);
 void score_chunk(SpectralState& state, int b_begin, int b_end, bool first_chunk);
+// After every chunk is scored: the exact A and B of the listed untrusted trials (state.recompute,
+// as many as recompute_count says, up to its capacity; a count beyond it means the scan must be
+// rerun with a longer list).
+void recompute_trials(SpectralState& state);
 // Informative samples along each trial (x, y, global velocity; velocity < 0 gives 0).
 std::vector<int> observation_counts(SpectralState& state, const std::vector<int4>& trials);
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cuda/common/device_stack.hpp"
 #include "spectra.cuh"
 
 namespace shiftstack::cuda {
@@ -137,7 +138,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   s.spectra.reserve(std::size_t(s.input_channels()) * s.exposures * g.nx * g.nyh);
   s.partials.reserve(std::size_t(V));
   s.candidate_count.reserve(1);
-  SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.candidate_count.data(), 0, sizeof(unsigned long long), s.stream));
+  s.recompute_count.reserve(1);
   if (s.policy.collect_candidates) {
     const double all = double(s.region.count()) * double(V);
     s.candidates.reserve(std::size_t(std::min<double>({double(s.policy.max_candidates), all, double(1 << 25)})));
@@ -147,6 +148,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   {
     std::size_t free_bytes = 0, total_bytes = 0;
     SHIFTSTACK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    free_bytes /= std::size_t(device_sharing());  // a card shared by a multi-device search's workers
     const double fixed = double(s.input_channels()) * s.exposures * g.nx * g.nyh * 8 + double(g.nx) * (s.nyh_padded + 16) * s.exposures_padded * 8;
     const double budget = std::min(0.6 * (double(free_bytes) - fixed), 24e9);
     const double per_row = 2.0 * s.va * g.nx * g.nyh * 8 + bytes_per_row(s);
@@ -171,24 +173,34 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
     plan->make(g.nx, g.ny, 2 * rows * s.va, false, s.stream);
   }
 
-  // The scan.
-  SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.events[0], s.stream));
-  find_extreme_probes(s);
-  forward_transforms(s);
-  SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.events[1], s.stream));
-  prepare(s);
-  SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.events[2], s.stream));
-  int chunk = 0;
-  for (int b = 0; b < s.vb; b += s.chunk_rows, ++chunk) {
-    const int b_end = std::min(b + s.chunk_rows, s.vb);
-    contract(s, b, b_end);
-    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.chunk_events[3 * chunk], s.stream));
-    inverse_transforms(s, b_end - b);
-    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.chunk_events[3 * chunk + 1], s.stream));
-    score_chunk(s, b, b_end, chunk == 0);
-    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.chunk_events[3 * chunk + 2], s.stream));
+  // The scan; run again (rare) when more trials needed the exact gather than the list could hold.
+  unsigned long long recomputed = 0;
+  for (;;) {
+    s.recompute.reserve(s.recompute_capacity);
+    SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.candidate_count.data(), 0, sizeof(unsigned long long), s.stream));
+    SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.recompute_count.data(), 0, sizeof(unsigned long long), s.stream));
+    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.events[0], s.stream));
+    find_extreme_probes(s);
+    forward_transforms(s);
+    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.events[1], s.stream));
+    prepare(s);
+    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.events[2], s.stream));
+    int chunk = 0;
+    for (int b = 0; b < s.vb; b += s.chunk_rows, ++chunk) {
+      const int b_end = std::min(b + s.chunk_rows, s.vb);
+      contract(s, b, b_end);
+      SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.chunk_events[3 * chunk], s.stream));
+      inverse_transforms(s, b_end - b);
+      SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.chunk_events[3 * chunk + 1], s.stream));
+      score_chunk(s, b, b_end, chunk == 0);
+      SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.chunk_events[3 * chunk + 2], s.stream));
+    }
+    recompute_trials(s);
+    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.events[3], s.stream));
+    recomputed = s.recompute_count.download(s.stream)[0];  // synchronizes
+    if (recomputed <= s.recompute_capacity) break;
+    s.recompute_capacity = recomputed;
   }
-  SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(s.stream));
 
   SpectralDiagnostics& d = diagnostics_;
   d = SpectralDiagnostics{};
@@ -204,7 +216,8 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
     d.times.scoring_ms += elapsed_ms(s.chunk_events[3 * c + 1], s.chunk_events[3 * c + 2]);
     previous = s.chunk_events[3 * c + 2];
   }
-  d.times.total_ms = elapsed_ms(s.events[0], previous);
+  d.times.scoring_ms += elapsed_ms(previous, s.events[3]);  // the exact gather of untrusted trials
+  d.times.total_ms = elapsed_ms(s.events[0], s.events[3]);
 
   // Digest: partials merged in velocity order (deterministic).
   SearchResult result;
@@ -212,7 +225,6 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   s.host_partials = s.partials.download(s.stream);
   for (const DigestPartial& p : s.host_partials) {
     d.clamped_trials += p.clamped;
-    d.recomputed_trials += p.recomputed;
     Digest part;
     part.z_thr = s.z_thr;
     part.sumA = p.sumA;
@@ -247,7 +259,30 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
     c.A = A, c.B = B, c.Z = Z;
     return c;
   };
+  // Trials gathered exactly: in (velocity, y, x) order, so the digest is the same run after run.
+  std::vector<RecomputedTrial> exact(recomputed);
+  if (recomputed)
+    SHIFTSTACK_CUDA_CHECK(cudaMemcpy(exact.data(), s.recompute.data(), recomputed * sizeof(RecomputedTrial),
+                                     cudaMemcpyDeviceToHost));
+  std::sort(exact.begin(), exact.end(), [](const RecomputedTrial& a, const RecomputedTrial& b) {
+    if (a.velocity != b.velocity) return a.velocity < b.velocity;
+    if (a.y != b.y) return a.y < b.y;
+    return a.x < b.x;
+  });
+  d.recomputed_trials = std::int64_t(recomputed);
   std::vector<int4> trials;
+  for (const RecomputedTrial& t : exact) {
+    if (!(t.B > 0)) continue;  // the reference scores only B > 0
+    const double Z = double(t.A) / std::sqrt(double(t.B));
+    result.digest.add(t.A, t.B, Z, t.x, t.y, t.velocity);
+    if (s.policy.collect_candidates && Z > s.policy.candidate_threshold) {
+      require(result.candidates.size() < std::size_t(s.policy.max_candidates),
+              "candidate list exceeds max_candidates (" + std::to_string(s.policy.max_candidates) +
+                  "): raise the candidate threshold or the limit");
+      result.candidates.push_back(make_candidate(t.x, t.y, t.velocity, t.A, t.B, float(Z)));
+      trials.push_back(make_int4(t.x, t.y, t.velocity, 0));
+    }
+  }
   if (s.policy.collect_candidates) {
     const unsigned long long found = s.candidate_count.download(s.stream)[0];
     require(found <= (unsigned long long)s.policy.max_candidates,

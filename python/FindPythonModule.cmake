@@ -1,0 +1,48 @@
+# Decides whether the Python module can be built (included by the root CMakeLists before the
+# libraries, which need position-independent code to go into it). Sets SHIFTSTACK_HAVE_PYTHON,
+# Python3_EXECUTABLE and SHIFTSTACK_PYTHON_NOTE.
+#
+# The interpreter: Python3_EXECUTABLE when given (pip's build passes PYTHON_EXECUTABLE), else the
+# first of `python3` on the PATH and /usr/bin/python3 that imports numpy; a `python3` without
+# numpy (a pyenv or conda shim, say) would build a module nobody can use with Debian's numpy.
+set(SHIFTSTACK_HAVE_PYTHON OFF)
+set(SHIFTSTACK_PYTHON_NOTE "")
+if(NOT Python3_EXECUTABLE AND PYTHON_EXECUTABLE)
+  set(Python3_EXECUTABLE "${PYTHON_EXECUTABLE}")
+endif()
+if(NOT Python3_EXECUTABLE)
+  find_program(SHIFTSTACK_PATH_PYTHON NAMES python3)
+  foreach(candidate IN ITEMS "${SHIFTSTACK_PATH_PYTHON}" /usr/bin/python3)
+    if(candidate AND EXISTS "${candidate}")
+      execute_process(COMMAND "${candidate}" -c "import numpy" RESULT_VARIABLE numpy_missing OUTPUT_QUIET ERROR_QUIET)
+      if(numpy_missing EQUAL 0)
+        set(Python3_EXECUTABLE "${candidate}" CACHE FILEPATH "Python interpreter the module is built for")
+        break()
+      endif()
+    endif()
+  endforeach()
+endif()
+
+if(NOT SHIFTSTACK_HAVE_IO)
+  set(SHIFTSTACK_PYTHON_NOTE " (needs the FITS/WCS/YAML input: cfitsio, wcslib, yaml-cpp)")
+elseif(NOT Python3_EXECUTABLE)
+  set(SHIFTSTACK_PYTHON_NOTE " (no python3 with numpy found: install python3-numpy, or set -DPython3_EXECUTABLE=)")
+else()
+  find_package(Python3 COMPONENTS Interpreter Development.Module QUIET)
+  if(Python3_FOUND)
+    find_package(pybind11 CONFIG QUIET)
+  endif()
+  if(NOT Python3_Development.Module_FOUND)
+    set(SHIFTSTACK_PYTHON_NOTE " (no Python development headers for ${Python3_EXECUTABLE}: install python3-dev)")
+  elseif(NOT pybind11_FOUND)
+    set(SHIFTSTACK_PYTHON_NOTE " (pybind11 not found: install pybind11-dev)")
+  else()
+    execute_process(COMMAND "${Python3_EXECUTABLE}" -c "import numpy" RESULT_VARIABLE numpy_missing OUTPUT_QUIET ERROR_QUIET)
+    if(NOT numpy_missing EQUAL 0)
+      set(SHIFTSTACK_PYTHON_NOTE " (${Python3_EXECUTABLE} has no numpy: install python3-numpy)")
+    else()
+      set(SHIFTSTACK_HAVE_PYTHON ON)
+      set(SHIFTSTACK_PYTHON_NOTE " (${Python3_EXECUTABLE}, Python ${Python3_VERSION}, pybind11 ${pybind11_VERSION})")
+    endif()
+  endif()
+endif()

@@ -1,0 +1,399 @@
+// The `cpu-tree` and `cpu-tree-screen` engines: plan, tiles and bands, the executor over all
+// cores, then (cpu-tree) the exact refinement of the screened trials.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "core/engine_registry.hpp"
+#include "shiftstack/error.hpp"
+#include "shiftstack/tree.hpp"
+#include "tree/tree_exec.hpp"
+#include "tree/tree_refine.hpp"
+
+namespace shiftstack {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Tile lengths tried (origins): widths in whole 16-float vectors, heights from 8; the region's
+// own length is added.
+constexpr int kTileWidths[] = {16, 32, 48, 64, 96, 128, 192, 256};
+constexpr int kTileHeights[] = {8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+
+template <std::size_t N>
+std::vector<int> tile_lengths(const int (&choices)[N], int region_length, int fixed) {
+  if (fixed > 0) return {std::min(fixed, region_length)};
+  std::vector<int> out;
+  for (int n : choices)
+    if (n < region_length) out.push_back(n);
+  out.push_back(region_length);
+  return out;
+}
+
+// Band-wide maps live in main memory and are streamed; a tile's maps stay in the caches. An
+// addition made band-wide is counted this many times when schedules are compared (measured:
+// docs/tree-search.md).
+constexpr double kBandWideWeight = 3.0;
+
+// How a search runs: the cut between the band-wide stage A and the per-tile stage B, the tile,
+// and how many origin rows a band holds.
+struct Schedule {
+  int cut_level = 1;
+  std::vector<char> cut;
+  int tile_width = 0, tile_height = 0, band_rows = 0;
+  double additions_per_origin = 0;  // both stages, margins included
+  double cost = 0;                  // the same with band-wide additions weighted
+  std::size_t tile_floats = 0;
+  double band_bytes = 0;  // exposure copy plus kept maps of one band
+};
+
+double sum(const std::vector<std::int64_t>& v) {
+  double s = 0;
+  for (std::int64_t x : v) s += double(x);
+  return s;
+}
+
+// The schedule with the fewest additions per origin whose per-thread tile fits the cache budget
+// and whose band (exposure copy plus kept maps) fits the band budget, preferring enough tiles to
+// keep every thread busy.
+Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOptions& o, int exposures, int threads) {
+  const double tile_budget = o.tile_budget_bytes / sizeof(float);
+  std::vector<tree::Geometry> tiles;
+  for (int w : tile_lengths(kTileWidths, r.width, o.tile_width))
+    for (int h : tile_lengths(kTileHeights, r.height, o.tile_height)) tiles.push_back(tree::make_geometry(plan, w, h));
+  std::vector<std::pair<int, tree::Geometry>> bands;  // by band rows
+  auto band_geometry = [&](int rows) -> const tree::Geometry& {
+    for (const auto& [n, g] : bands)
+      if (n == rows) return g;
+    bands.emplace_back(rows, tree::make_geometry(plan, r.width, rows));
+    return bands.back().second;
+  };
+  Schedule best;
+  bool have = false, best_busy = false;
+  Schedule fallback;  // smallest working set, when nothing fits
+  const int first_level = o.cut_level > 0 ? std::min(o.cut_level, plan.depth + 1) : 1;
+  const int last_level = o.cut_level > 0 ? first_level : plan.depth + 1;
+  for (int level = first_level; level <= last_level; ++level) {
+    const std::vector<char> cut = tree::cut_nodes(plan, level);
+    for (const tree::Geometry& t : tiles) {
+      const tree::StageCost b = tree::stage_b_cost(plan, t, cut);
+      // Bands: whole tile rows; halve until the copy and the kept maps fit.
+      int rows = (r.height + t.height - 1) / t.height * t.height;
+      double bytes = 0, a_additions = 0;
+      for (;;) {
+        const int held = std::min(rows, r.height);
+        const tree::StageCost a = tree::stage_a_cost(plan, band_geometry(held), cut);
+        const double copy = 8.0 * exposures * double(a.read_hi[0] - a.read_lo[0]) * double(a.read_hi[1] - a.read_lo[1]);
+        bytes = copy + 4.0 * double(a.kept_floats);
+        a_additions = sum(a.additions) / (double(r.width) * held);
+        if (bytes <= o.band_budget_bytes || rows <= t.height) break;
+        rows = std::max(t.height, (rows / 2) / t.height * t.height);
+      }
+      const double b_additions = sum(b.additions) / (double(t.width) * t.height);
+      Schedule s{level, cut, t.width, t.height, rows, b_additions + a_additions,
+                 b_additions + kBandWideWeight * a_additions, b.arena_floats, bytes};
+      if (fallback.tile_width == 0 || s.tile_floats < fallback.tile_floats) fallback = s;
+      if (double(s.tile_floats) > tile_budget || bytes > o.band_budget_bytes) continue;
+      const std::int64_t count = std::int64_t((r.width + t.width - 1) / t.width) * ((r.height + t.height - 1) / t.height);
+      const bool busy = count >= 2 * threads;
+      const bool better = !have || (busy && !best_busy) ||
+                          (busy == best_busy && s.cost < best.cost * (1 - 1e-9));
+      if (better) best = s, have = true, best_busy = busy;
+    }
+  }
+  return have ? best : fallback;
+}
+
+}  // namespace
+
+double TreeStats::additions_per_trial() const {
+  double sum = 0;
+  for (const auto& l : levels) sum += double(l.additions);
+  return trials > 0 ? sum / double(trials) : 0.0;
+}
+
+// The exposure copy of the last search, kept when one band covered the whole region (as the cpu
+// engine keeps its padded copy): repeated searches of the same stack skip the copy, never the tree.
+struct TreeEngine::Cache {
+  std::uint64_t stack_id = 0;
+  bool valid = false;
+  tree::Band copy;
+};
+
+TreeEngine::TreeEngine(TreeOptions options, std::string name)
+    : options_(options), name_(std::move(name)), cache_(std::make_unique<Cache>()) {
+  require(options_.screen_margin >= 0 && std::isfinite(options_.screen_margin),
+          "cpu-tree: screen_margin must be >= 0, got " + std::to_string(options_.screen_margin));
+  require(options_.tile_width >= 0 && options_.tile_height >= 0 && options_.cut_level >= 0,
+          "cpu-tree: tile sizes and the cut level must be >= 0");
+  require(options_.oversample > 0 && options_.child_reach >= 0 && options_.fallback_fraction > 0,
+          "cpu-tree: oversample and fallback_fraction must be > 0, child_reach >= 0");
+  require(options_.tile_budget_bytes > 0 && options_.band_budget_bytes > 0, "cpu-tree: budgets must be > 0");
+}
+
+TreeEngine::~TreeEngine() = default;
+
+std::string TreeEngine::unsupported_reason(const SearchInput&) const {
+  return {};  // what the tree cannot represent runs on the exhaustive `cpu` engine instead
+}
+
+SearchResult TreeEngine::search(const SearchInput& in) {
+  const EncodedStack& s = *in.stack;
+  const MotionBank& bank = *in.bank;
+  const Region r = in.region;
+  stats_ = TreeStats{};
+  stats_.trials = r.count() * std::int64_t(bank.size());
+  const int threads = omp_get_max_threads();
+
+  auto fall_back = [&](const std::string& why) {
+    stats_.fell_back = true;
+    stats_.fallback_reason = why;
+    auto exhaustive = make_engine("cpu");
+    SearchResult result = exhaustive->search(in);
+    result.note = name_ + " ran the exhaustive cpu engine: " + why;
+    return result;
+  };
+  if (!bank.is_cartesian()) return fall_back("the velocity bank is not a Cartesian grid");
+  if (in.policy.top_k > 0) return fall_back("top-k per origin needs every trial's exact score");
+  if (s.exposures < 2) return fall_back("a single exposure leaves nothing to share");
+
+  const auto t_start = Clock::now();
+  const tree::Plan plan = tree::make_plan(bank, {options_.oversample, options_.child_reach});
+  stats_.depth = plan.depth;
+  stats_.nodes = std::int64_t(plan.nodes.size());
+  if (plan.nodes[0].leaf()) return fall_back("the whole bank is one velocity per axis over the span");
+  const Schedule run = choose_schedule(plan, r, options_, s.exposures, threads);
+  const double per_trial = run.additions_per_origin / double(bank.size());
+  if (per_trial > options_.fallback_fraction * s.exposures) {
+    char why[200];
+    std::snprintf(why, sizeof why, "the tree would need %.3g additions per trial against E = %d exposures", per_trial,
+                  s.exposures);
+    return fall_back(why);
+  }
+  const std::vector<char>& cut = run.cut;
+  stats_.tile_width = run.tile_width;
+  stats_.tile_height = run.tile_height;
+  stats_.cut_level = run.cut_level;
+
+  // Thresholds. The flood floor is the lowest score anything is reported at; the screen lies
+  // screen_margin below it (docs/tree-search.md). Unrefined, the screen lists the trials the
+  // result reports (candidates, or those above z_thr for maxZ).
+  const double z_thr = digest_threshold(in);
+  const bool collect = in.policy.collect_candidates;
+  const double floor = collect ? std::min(z_thr, in.policy.candidate_threshold) : z_thr;
+  double z_screen = options_.refine ? floor - options_.screen_margin : floor;
+
+  // Tiles: at most two shapes per axis (full and edge); bands of whole tile rows.
+  const int tw = run.tile_width, th = run.tile_height;
+  const int nx = (r.width + tw - 1) / tw, ny = (r.height + th - 1) / th;
+  const int tile_rows_per_band = std::max(1, run.band_rows / th);
+  auto length_of = [](int i, int n, int full, int total) { return i + 1 < n ? full : total - full * (n - 1); };
+  std::vector<tree::Geometry> geometries;
+  auto geometry_index = [&](int w, int h) {
+    for (std::size_t i = 0; i < geometries.size(); ++i)
+      if (geometries[i].width == w && geometries[i].height == h) return int(i);
+    geometries.push_back(tree::make_geometry(plan, w, h));
+    return int(geometries.size()) - 1;
+  };
+  struct Tile {
+    int x0, y0, geometry;
+  };
+  std::vector<Tile> tiles;
+  for (int j = 0; j < ny; ++j)
+    for (int i = 0; i < nx; ++i)
+      tiles.push_back(
+          {r.x0 + i * tw, r.y0 + j * th, geometry_index(length_of(i, nx, tw, r.width), length_of(j, ny, th, r.height))});
+  std::size_t arena_floats = 0;
+  for (const auto& g : geometries) arena_floats = std::max(arena_floats, tree::stage_b_cost(plan, g, cut).arena_floats);
+  stats_.tile_bytes = double(arena_floats) * sizeof(float);
+
+  // One pass of the tree over the region with a given screen.
+  double fill_seconds = 0;
+  std::vector<std::int64_t> a_additions, a_entries;
+  auto tree_pass = [&](double screen) {
+    tree::StreamParams params;
+    params.screen = tree::z_test(screen);
+    params.count = tree::z_test(z_thr);
+    params.want_count = !options_.refine;
+    a_additions.assign(plan.depth + 1, 0);
+    a_entries.assign(plan.depth + 1, 0);
+    stats_.bands = 0;
+    stats_.seconds_stage_a = 0;
+    std::vector<tree::TileOutput> outputs(tiles.size());
+    for (int first_row = 0; first_row < ny; first_row += tile_rows_per_band) {
+      const int last_row = std::min(ny, first_row + tile_rows_per_band) - 1;
+      ++stats_.bands;
+      const int band_y0 = r.y0 + first_row * th;
+      const int band_rows = std::min(r.y0 + r.height, r.y0 + (last_row + 1) * th) - band_y0;
+      // Stage A over the band's origins, from the exposure copy it reads.
+      const tree::Geometry band_geometry = tree::make_geometry(plan, r.width, band_rows);
+      const tree::StageCost a = tree::stage_a_cost(plan, band_geometry, cut);
+      Cache& c = *cache_;
+      const int cx0 = r.x0 + a.read_lo[0], cy0 = band_y0 + a.read_lo[1];
+      const int cols = a.read_hi[0] - a.read_lo[0], rows = a.read_hi[1] - a.read_lo[1];
+      if (!(c.valid && c.stack_id == s.id && c.copy.x0 == cx0 && c.copy.y0 == cy0 && c.copy.cols == cols &&
+            c.copy.rows == rows)) {
+        const auto t_fill = Clock::now();
+        c = Cache{};
+        c.copy.x0 = cx0, c.copy.y0 = cy0, c.copy.cols = cols, c.copy.rows = rows;
+        tree::fill_band(s, c.copy);
+        c.stack_id = s.id;
+        c.valid = true;
+        fill_seconds += since(t_fill);
+      }
+      stats_.band_bytes = std::max(stats_.band_bytes, 4.0 * double(c.copy.data.size() + a.kept_floats));
+      tree::Kept kept;
+      kept.geometry = &band_geometry;
+      kept.x0 = r.x0;
+      kept.y0 = band_y0;
+      const auto t_a = Clock::now();
+      tree::run_stage_a(plan, cut, c.copy, kept, a_additions, a_entries);
+      stats_.seconds_stage_a += since(t_a);
+      // Stage B: the tiles of this band over all threads.
+      const int first = first_row * nx, last = (last_row + 1) * nx;
+#pragma omp parallel
+      {
+        std::vector<float> arena(arena_floats);
+#pragma omp for schedule(dynamic, 1)
+        for (int t = first; t < last; ++t)
+          tree::run_tile(plan, cut, geometries[tiles[t].geometry], kept, params, tiles[t].x0, tiles[t].y0,
+                         arena.data(), outputs[t]);
+      }
+    }
+    // Only a copy covering the whole region stays for the next search.
+    if (stats_.bands > 1) *cache_ = Cache{};
+    return outputs;
+  };
+  std::vector<tree::TileOutput> outputs = tree_pass(z_screen);
+  auto hits_in = [](const std::vector<tree::TileOutput>& o) {
+    std::int64_t n = 0;
+    for (const auto& t : o) n += std::int64_t(t.hits.size());
+    return n;
+  };
+  // Nothing passed: lower the screen until something does, so maxZ is an exact score of some
+  // trial (rare: tiny searches or large margins; every pass computes the same tree).
+  while (hits_in(outputs) == 0 && std::isfinite(z_screen)) {
+    z_screen = z_screen > -8 ? z_screen - 2 : -std::numeric_limits<double>::infinity();
+    ++stats_.screen_passes;
+    outputs = tree_pass(z_screen);
+  }
+  stats_.z_screen = z_screen;
+  stats_.seconds_fill = fill_seconds;
+
+  // Merge in tile order: the same digest on any thread count.
+  SearchResult result;
+  Digest& d = result.digest;
+  d.z_thr = z_thr;
+  stats_.levels.resize(plan.depth + 1);
+  for (int l = 0; l <= plan.depth; ++l) {
+    stats_.levels[l].level = l;
+    stats_.levels[l].additions = a_additions[l];
+    stats_.levels[l].entries = a_entries[l];
+  }
+  for (const auto& node : plan.nodes) ++stats_.levels[node.level].nodes;
+  std::int64_t tree_count = 0;
+  for (const tree::TileOutput& o : outputs) {
+    d.sumA += o.score.sumA;
+    d.sumB += o.score.sumB;
+    d.scored += o.score.scored;
+    tree_count += o.score.count;
+    for (int l = 0; l <= plan.depth; ++l) {
+      stats_.levels[l].additions += o.additions[l];
+      stats_.levels[l].entries += o.entries[l];
+    }
+  }
+  stats_.screened = hits_in(outputs);
+  require(stats_.screened <= in.policy.max_candidates,
+          name_ + ": " + std::to_string(stats_.screened) + " trials passed the screen z > " + std::to_string(z_screen) +
+              ", more than max_candidates (" + std::to_string(in.policy.max_candidates) +
+              "): raise the candidate threshold or the limit");
+  stats_.seconds_tree = since(t_start) - fill_seconds;
+
+  auto make_candidate = [&](int x, int y, std::int32_t v, double A, double B, int obs) {
+    const Velocity vel = bank.velocity(std::size_t(v));
+    return Candidate{x, y, v, float(vel.vx), float(vel.vy), float(A), float(B), float(A / std::sqrt(B)),
+                     float(A / B), obs};
+  };
+  auto offer_max = [&](double Z, int x, int y, std::int32_t v) {
+    if (Z > d.maxZ || (Z == d.maxZ && d.precedes(v, y, x))) {
+      d.maxZ = Z;
+      d.argmax_x = x, d.argmax_y = y, d.argmax_velocity = v;
+    }
+  };
+  auto finish = [&](const std::string& note) {
+    require(std::int64_t(result.candidates.size()) <= in.policy.max_candidates,
+            "candidate list of " + std::to_string(result.candidates.size()) + " trials exceeds max_candidates (" +
+                std::to_string(in.policy.max_candidates) + "): raise the candidate threshold or the limit");
+    std::sort(result.candidates.begin(), result.candidates.end(), [](const Candidate& a, const Candidate& b) {
+      if (a.velocity != b.velocity) return a.velocity < b.velocity;
+      if (a.y != b.y) return a.y < b.y;
+      return a.x < b.x;
+    });
+    result.note = note;
+    return result;
+  };
+
+  if (!options_.refine) {
+    // The tree's own statistic throughout (obs_count is not tracked: 0).
+    d.count = tree_count;
+    for (const tree::TileOutput& o : outputs)
+      for (const tree::Hit& h : o.hits) {
+        const double Z = double(h.A) / std::sqrt(double(h.B));
+        offer_max(Z, h.x, h.y, h.velocity);
+        if (collect && Z > in.policy.candidate_threshold)
+          result.candidates.push_back(make_candidate(h.x, h.y, h.velocity, h.A, h.B, 0));
+      }
+    return finish(name_ + ": unrefined tree scores");
+  }
+
+  const auto t_refine = Clock::now();
+  std::vector<tree::TrialRef> seeds;
+  seeds.reserve(std::size_t(stats_.screened));
+  for (const tree::TileOutput& o : outputs)
+    for (const tree::Hit& h : o.hits) seeds.push_back({h.x, h.y, h.velocity});
+  const std::int64_t limit = std::max<std::int64_t>(in.policy.max_candidates, 1 << 20) * 81;
+  const std::vector<tree::ExactScore> exact = tree::refine(s, bank, r, seeds, floor, limit);
+  stats_.refined = std::int64_t(exact.size());
+  for (const tree::ExactScore& e : exact) {
+    if (!(e.B > 0)) continue;
+    const double Z = e.A / std::sqrt(e.B);
+    if (Z > z_thr) ++d.count;
+    offer_max(Z, e.x, e.y, e.velocity);
+    if (collect && Z > in.policy.candidate_threshold)
+      result.candidates.push_back(make_candidate(e.x, e.y, e.velocity, e.A, e.B, e.obs));
+  }
+  stats_.seconds_refine = since(t_refine);
+  char note[240];
+  std::snprintf(note, sizeof note, "%s: %.3g additions per trial, %lld screened above z = %.3f, %lld re-scored exactly",
+                name_.c_str(), stats_.additions_per_trial(), (long long)stats_.screened, z_screen,
+                (long long)stats_.refined);
+  return finish(note);
+}
+
+void register_tree_engines() {
+  EngineInfo tree{"cpu-tree",
+                  "tree of signed partial sums over time segments (FDMT-like), a few additions per trial; "
+                  "trials above a screen re-scored exactly (docs/tree-search.md)",
+                  false, 5, [] { return std::make_unique<TreeEngine>(); }, nullptr};
+  tree.digest_kind = DigestKind::refined;
+  register_engine(std::move(tree));
+  EngineInfo screen{"cpu-tree-screen",
+                    "the tree's unrefined statistic alone (positions within a pixel of the exhaustive rounding): "
+                    "for sensitivity studies",
+                    false, -1,
+                    [] {
+                      TreeOptions o;
+                      o.refine = false;
+                      return std::make_unique<TreeEngine>(o, "cpu-tree-screen");
+                    },
+                    nullptr};
+  screen.digest_kind = DigestKind::screen;
+  register_engine(std::move(screen));
+}
+
+}  // namespace shiftstack

@@ -1,0 +1,423 @@
+#include "tree/tree_exec.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "shiftstack/error.hpp"
+
+namespace shiftstack::tree {
+
+namespace {
+
+// Top-down over the preorder node list: a child velocity's map must hold every parent map that
+// reads it, moved by that parent's shift; its start is the smallest such position and all of a
+// node's maps share the longest extent (the area plus the spread of the shifts of the parent
+// velocities that share a child velocity, accumulated down the tree).
+std::vector<AxisGeometry> axis_geometry(const Plan& plan, int a, int area_length) {
+  std::vector<AxisGeometry> g(plan.nodes.size());
+  {
+    const int n = plan.nodes[0].axis[a].size();
+    AxisGeometry& root = g[0];
+    root.used.resize(n);
+    root.rank.resize(n);
+    for (int j = 0; j < n; ++j) root.used[j] = root.rank[j] = j;
+    root.base.assign(n, 0);
+    root.length = area_length;
+  }
+  for (std::size_t index = 0; index < plan.nodes.size(); ++index) {
+    const Node& node = plan.nodes[index];
+    if (node.leaf()) continue;
+    const AxisGeometry& parent = g[index];
+    const NodeAxis& ax = node.axis[a];
+    for (int ci = 0; ci < 2; ++ci) {
+      const int child = node.child[ci];
+      const int n = plan.nodes[child].axis[a].size();
+      std::vector<int> lo(n, std::numeric_limits<int>::max()), hi(n, std::numeric_limits<int>::min());
+      for (int j : parent.used) {
+        const int k = ax.child_entry[ci][j];
+        const int pos = parent.base[j] + ax.child_shift[ci][j];
+        lo[k] = std::min(lo[k], pos);
+        hi[k] = std::max(hi[k], pos);
+      }
+      AxisGeometry& cg = g[child];
+      cg.rank.assign(n, -1);
+      cg.base.assign(n, 0);
+      int spread = 0;
+      for (int k = 0; k < n; ++k) {
+        if (lo[k] > hi[k]) continue;
+        cg.rank[k] = int(cg.used.size());
+        cg.used.push_back(k);
+        cg.base[k] = lo[k];
+        spread = std::max(spread, hi[k] - lo[k]);
+      }
+      cg.length = parent.length + spread;
+    }
+  }
+  return g;
+}
+
+std::int64_t entries_of(const Geometry& g, int index) {
+  return std::int64_t(g.node[index][0].used.size()) * g.node[index][1].used.size();
+}
+std::int64_t area_of(const Geometry& g, int index) {
+  return std::int64_t(g.node[index][0].length) * g.node[index][1].length;
+}
+
+// Floats a node's subtree needs from its own maps upward when formed in one area: its maps
+// (unless `own` is false), child 0's subtree, then child 0's maps kept while child 1's subtree
+// runs. Cut children are read where stage A left them (`stop_at_cut`).
+std::size_t subtree_floats(const Plan& plan, const Geometry& g, const std::vector<char>& cut, int index, bool own,
+                           bool stop_at_cut) {
+  const Node& node = plan.nodes[index];
+  const std::size_t mine = own ? g.node_floats[index] : 0;
+  if (node.leaf()) return mine;
+  std::size_t c[2], kept[2];
+  for (int ci = 0; ci < 2; ++ci) {
+    const int child = node.child[ci];
+    const bool skip = stop_at_cut && cut[child];
+    c[ci] = skip ? 0 : subtree_floats(plan, g, cut, child, true, stop_at_cut);
+    kept[ci] = skip ? 0 : g.node_floats[child];
+  }
+  return mine + std::max(c[0], kept[0] + c[1]);
+}
+
+// Additions and entries of the nodes a stage forms, and (stage A) the samples its leaves read.
+void count_subtree(const Plan& plan, const Geometry& g, const std::vector<char>& cut, int index, bool stop_at_cut,
+                   StageCost& cost) {
+  const Node& node = plan.nodes[index];
+  const std::int64_t entries = index == 0 ? std::int64_t(node.entries()) : entries_of(g, index);
+  const std::int64_t area = index == 0 ? std::int64_t(g.width) * g.height : area_of(g, index);
+  cost.entries[node.level] += entries;
+  cost.additions[node.level] += entries * area * (node.leaf() ? node.count - 1 : 1);
+  if (node.leaf()) {
+    for (int a = 0; a < 2; ++a) {
+      const AxisGeometry& ag = g.node[index][a];
+      for (int j : ag.used)
+        for (int k = 0; k < node.count; ++k) {
+          const int s = node.axis[a].exposure_shift[std::size_t(j) * node.count + k];
+          if (!cost.reads) cost.read_lo = {1 << 30, 1 << 30}, cost.read_hi = {-(1 << 30), -(1 << 30)};
+          cost.reads = true;
+          cost.read_lo[a] = std::min(cost.read_lo[a], ag.base[j] + s);
+          cost.read_hi[a] = std::max(cost.read_hi[a], ag.base[j] + s + ag.length);
+        }
+    }
+    return;
+  }
+  for (int child : node.child)
+    if (!(stop_at_cut && cut[child])) count_subtree(plan, g, cut, child, stop_at_cut, cost);
+}
+
+}  // namespace
+
+Geometry make_geometry(const Plan& plan, int width, int height) {
+  require(width > 0 && height > 0, "tree: tile size must be positive");
+  Geometry geo;
+  geo.width = width;
+  geo.height = height;
+  const std::vector<AxisGeometry> gx = axis_geometry(plan, 0, width), gy = axis_geometry(plan, 1, height);
+  const std::size_t N = plan.nodes.size();
+  geo.node.resize(N);
+  geo.node_floats.assign(N, 0);
+  for (std::size_t i = 0; i < N; ++i) {
+    geo.node[i] = {gx[i], gy[i]};
+    geo.node_floats[i] = std::size_t(2 * entries_of(geo, int(i)) * area_of(geo, int(i)));
+  }
+  for (std::size_t i = 0; i < N; ++i) {
+    const Node& node = plan.nodes[i];
+    if (node.leaf()) continue;
+    for (int a = 0; a < 2; ++a) {
+      AxisGeometry& g = geo.node[i][a];
+      const NodeAxis& ax = node.axis[a];
+      for (int ci = 0; ci < 2; ++ci) {
+        const AxisGeometry& c = geo.node[node.child[ci]][a];
+        g.child_rank[ci].assign(ax.size(), -1);
+        g.child_offset[ci].assign(ax.size(), 0);
+        for (int j : g.used) {
+          const int k = ax.child_entry[ci][j];
+          g.child_rank[ci][j] = c.rank[k];
+          g.child_offset[ci][j] = g.base[j] + ax.child_shift[ci][j] - c.base[k];
+        }
+      }
+    }
+  }
+  return geo;
+}
+
+std::vector<char> cut_nodes(const Plan& plan, int cut_level) {
+  require(cut_level >= 1, "tree: internal: the cut level must be >= 1");
+  std::vector<char> cut(plan.nodes.size(), 0);
+  for (std::size_t i = 1; i < plan.nodes.size(); ++i) {
+    const Node& n = plan.nodes[i];
+    cut[i] = n.level == cut_level || (n.leaf() && n.level < cut_level);
+  }
+  return cut;
+}
+
+StageCost stage_b_cost(const Plan& plan, const Geometry& tile, const std::vector<char>& cut) {
+  StageCost c;
+  c.additions.assign(plan.depth + 1, 0);
+  c.entries.assign(plan.depth + 1, 0);
+  count_subtree(plan, tile, cut, 0, true, c);
+  c.arena_floats = subtree_floats(plan, tile, cut, 0, false, true);
+  return c;
+}
+
+StageCost stage_a_cost(const Plan& plan, const Geometry& band, const std::vector<char>& cut) {
+  StageCost c;
+  c.additions.assign(plan.depth + 1, 0);
+  c.entries.assign(plan.depth + 1, 0);
+  for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
+    if (!cut[i]) continue;
+    count_subtree(plan, band, cut, int(i), false, c);
+    c.kept_floats += band.node_floats[i];
+    c.arena_floats = std::max(c.arena_floats, subtree_floats(plan, band, cut, int(i), false, false));
+  }
+  return c;
+}
+
+void fill_band(const EncodedStack& s, Band& band) {
+  const int E = s.exposures, W = s.width, H = s.height;
+  band.exposures = E;
+  band.data.assign(2 * std::size_t(E) * band.plane(), 0.0f);
+  const std::size_t plane = s.plane_size();
+  const int c_lo = std::max(0, -band.x0), c_hi = std::min(band.cols, W - band.x0);
+  std::int64_t exception_codes = 0;
+#pragma omp parallel for schedule(static) reduction(+ : exception_codes)
+  for (std::int64_t er = 0; er < std::int64_t(E) * band.rows; ++er) {
+    const int e = int(er / band.rows), r = int(er % band.rows), y = band.y0 + r;
+    if (y < 0 || y >= H || c_hi <= c_lo) continue;
+    float* psi = band.data.data() + 2 * std::size_t(e) * band.plane() + std::size_t(r) * band.cols + c_lo;
+    float* phi = psi + band.plane();
+    const std::size_t first = std::size_t(e) * plane + std::size_t(y) * W + (band.x0 + c_lo);
+    const int n = c_hi - c_lo;
+    switch (s.encoding) {
+      case Encoding::fp32:
+        clean_fp32_row(s.fp32.data() + 2 * first, n, s.psi_weight[e], s.phi_weight[e], psi, phi);
+        break;
+      case Encoding::fp16:
+        clean_fp16_row(s.fp16.data() + 2 * first, n, s.psi_weight[e], s.phi_weight[e], psi, phi);
+        break;
+      case Encoding::int8:
+        exception_codes += clean_int8_row(s.int8.data() + 2 * first, n, s.psi_weight[e], s.phi_weight[e], psi, phi);
+        break;
+    }
+  }
+  if (s.encoding != Encoding::int8) return;
+  // Exception codes carry their exact values in the sorted exception list.
+  std::int64_t matched = 0;
+  for (const EncodingException& x : s.exceptions) {
+    const int px = int(x.pixel % std::uint32_t(W)), py = int(x.pixel / std::uint32_t(W));
+    const int col = px - band.x0, row = py - band.y0;
+    if (col < 0 || col >= band.cols || row < 0 || row >= band.rows) continue;
+    const std::int8_t* pair = s.int8.data() + 2 * (std::size_t(x.exposure) * plane + x.pixel);
+    if (pair[0] != int8_codes::psi_exception || std::uint8_t(pair[1]) == 0) continue;  // unused entry
+    band.data[2 * std::size_t(x.exposure) * band.plane() + std::size_t(row) * band.cols + col] =
+        s.psi_weight[x.exposure] * x.psi;
+    ++matched;
+  }
+  require(matched == exception_codes, "int8 stack has " + std::to_string(exception_codes) +
+                                          " exception codes in the searched area but " + std::to_string(matched) +
+                                          " exception entries for them");
+}
+
+namespace {
+
+// Where a node's maps are during one run: its geometry, the first origin of the area they were
+// formed over, and the start of their data.
+struct MapsView {
+  const Geometry* geometry = nullptr;
+  int x0 = 0, y0 = 0;
+  const float* data = nullptr;
+};
+
+struct Runner {
+  const Plan& plan;
+  const std::vector<char>& cut;
+  const Geometry& geo;  // of the area this runner forms
+  int x0, y0;           // its first origin
+  const Band* exposures;
+  const Kept* kept;     // stage B: the cut nodes' maps
+  std::vector<std::int64_t>& additions;
+  std::vector<std::int64_t>& entries;
+
+  static const float* entry_map(const Geometry& g, int index, const float* maps, int jx, int jy) {
+    const AxisGeometry &gx = g.node[index][0], &gy = g.node[index][1];
+    const std::size_t plane = std::size_t(gx.length) * gy.length;
+    return maps + 2 * plane * (std::size_t(gy.rank[jy]) * gx.used.size() + gx.rank[jx]);
+  }
+
+  void leaf(int index, float* maps) {
+    const Node& node = plan.nodes[index];
+    const AxisGeometry &gx = geo.node[index][0], &gy = geo.node[index][1];
+    const int W = gx.length, H = gy.length;
+    const std::size_t plane = std::size_t(W) * H;
+    const Band& band = *exposures;
+    for (int jy : gy.used)
+      for (int jx : gx.used) {
+        float* A = const_cast<float*>(entry_map(geo, index, maps, jx, jy));
+        float* B = A + plane;
+        for (int i = 0; i < node.count; ++i) {
+          const int e = plan.order[node.first + i];
+          const int sx = node.axis[0].exposure_shift[std::size_t(jx) * node.count + i];
+          const int sy = node.axis[1].exposure_shift[std::size_t(jy) * node.count + i];
+          const std::size_t at = std::size_t(y0 + gy.base[jy] + sy - band.y0) * band.cols +
+                                 std::size_t(x0 + gx.base[jx] + sx - band.x0);
+          if (i == 0) {
+            copy_plane(A, W, band.psi(e) + at, band.cols, W, H);
+            copy_plane(B, W, band.phi(e) + at, band.cols, W, H);
+          } else {
+            accumulate_plane(A, W, band.psi(e) + at, band.cols, W, H);
+            accumulate_plane(B, W, band.phi(e) + at, band.cols, W, H);
+          }
+        }
+      }
+    const std::int64_t n = entries_of(geo, index);
+    entries[node.level] += n;
+    additions[node.level] += n * std::int64_t(plane) * (node.count - 1);
+  }
+
+  // Child ci's maps for this node's velocity (jx, jy), moved by the parent's shift.
+  struct Source {
+    const float *A, *B;
+    int stride;
+  };
+  Source child_source(int index, int ci, const MapsView& child_maps, int jx, int jy) const {
+    const int child = plan.nodes[index].child[ci];
+    const AxisGeometry &px = geo.node[index][0], &py = geo.node[index][1];
+    const Geometry& cg = *child_maps.geometry;
+    const AxisGeometry &cx = cg.node[child][0], &cy = cg.node[child][1];
+    // Positions relative to the child's own area: a cut child's maps cover the whole band.
+    const int sx = x0 - child_maps.x0 + px.child_offset[ci][jx];
+    const int sy = y0 - child_maps.y0 + py.child_offset[ci][jy];
+    const std::size_t plane = std::size_t(cx.length) * cy.length;
+    const float* A = child_maps.data +
+                     2 * plane * (std::size_t(py.child_rank[ci][jy]) * cx.used.size() + px.child_rank[ci][jx]) +
+                     std::size_t(sy) * cx.length + sx;
+    return {A, A + plane, cx.length};
+  }
+
+  // The node's children, formed above `scratch` unless stage A kept them.
+  std::array<MapsView, 2> children(int index, float* scratch, bool stop_at_cut) {
+    const Node& node = plan.nodes[index];
+    std::array<MapsView, 2> view;
+    float* next = scratch;
+    for (int ci = 0; ci < 2; ++ci) {
+      const int child = node.child[ci];
+      if (stop_at_cut && cut[child]) {
+        view[ci] = {kept->geometry, kept->x0, kept->y0, kept->data.data() + kept->offset[child]};
+        continue;
+      }
+      view[ci] = {&geo, x0, y0, next};
+      next += geo.node_floats[child];
+    }
+    // Child 0's subtree runs above both children's maps only after child 0 is done, so form
+    // child 0 first with everything above its maps free, then child 1 above both.
+    float* c0_end = view[0].geometry == &geo ? const_cast<float*>(view[0].data) + geo.node_floats[node.child[0]]
+                                             : scratch;
+    if (view[0].geometry == &geo) compute(node.child[0], const_cast<float*>(view[0].data), c0_end, stop_at_cut);
+    if (view[1].geometry == &geo) {
+      float* c1 = const_cast<float*>(view[1].data);
+      compute(node.child[1], c1, c1 + geo.node_floats[node.child[1]], stop_at_cut);
+    }
+    return view;
+  }
+
+  // Forms the node's maps at `maps`; `scratch` is free space above them.
+  void compute(int index, float* maps, float* scratch, bool stop_at_cut) {
+    const Node& node = plan.nodes[index];
+    if (node.leaf()) return leaf(index, maps);
+    const std::array<MapsView, 2> view = children(index, scratch, stop_at_cut);
+    const AxisGeometry &gx = geo.node[index][0], &gy = geo.node[index][1];
+    const int W = gx.length, H = gy.length;
+    const std::size_t plane = std::size_t(W) * H;
+    for (int jy : gy.used)
+      for (int jx : gx.used) {
+        float* A = const_cast<float*>(entry_map(geo, index, maps, jx, jy));
+        const Source s0 = child_source(index, 0, view[0], jx, jy), s1 = child_source(index, 1, view[1], jx, jy);
+        add_planes(A, W, s0.A, s0.stride, s1.A, s1.stride, W, H);
+        add_planes(A + plane, W, s0.B, s0.stride, s1.B, s1.stride, W, H);
+      }
+    const std::int64_t n = entries_of(geo, index);
+    entries[node.level] += n;
+    additions[node.level] += n * std::int64_t(plane);
+  }
+
+  void root(float* arena, const StreamParams& params, TileOutput& out) {
+    const Node& node = plan.nodes[0];
+    const int W = geo.width, H = geo.height;
+    const int Va = node.axis[0].size(), Vb = node.axis[1].size();
+    require(!node.leaf(), "tree: internal: the root is a leaf (the engine falls back before this)");
+    const std::array<MapsView, 2> view = children(0, arena, true);
+    std::vector<RootSources> sources(Va);
+    std::vector<std::uint8_t> hit(Va);
+    for (int b = 0; b < Vb; ++b) {
+      // One row of root velocities per kernel call (same vy, every vx).
+      for (int a = 0; a < Va; ++a) {
+        const Source s0 = child_source(0, 0, view[0], a, b), s1 = child_source(0, 1, view[1], a, b);
+        sources[a] = {s0.A, s1.A, s0.B, s1.B, s0.stride, s1.stride};
+      }
+      score_tile(sources.data(), Va, W, H, params.screen, params.count, params.want_count, out.score, hit.data());
+      for (int a = 0; a < Va; ++a) {
+        if (!hit[a]) continue;
+        // Some trial passed the screen (rare): list them, with the kernel's arithmetic.
+        const RootSources& src = sources[a];
+        const std::int32_t v = std::int32_t(b) * Va + a;
+        for (int r = 0; r < H; ++r)
+          for (int i = 0; i < W; ++i) {
+            const float A = src.a0[std::size_t(r) * src.stride0 + i] + src.a1[std::size_t(r) * src.stride1 + i];
+            const float B = src.b0[std::size_t(r) * src.stride0 + i] + src.b1[std::size_t(r) * src.stride1 + i];
+            if (B > 0 && passes(A, B, params.screen)) out.hits.push_back({x0 + i, y0 + r, v, A, B});
+          }
+      }
+    }
+    entries[0] += std::int64_t(Va) * Vb;
+    additions[0] += std::int64_t(Va) * Vb * W * H;
+  }
+};
+
+}  // namespace
+
+void run_stage_a(const Plan& plan, const std::vector<char>& cut, const Band& exposures, Kept& kept,
+                 std::vector<std::int64_t>& additions, std::vector<std::int64_t>& entries) {
+  const Geometry& g = *kept.geometry;
+  std::vector<int> nodes;
+  kept.offset.assign(plan.nodes.size(), 0);
+  std::size_t total = 0, arena = 0;
+  for (std::size_t i = 0; i < plan.nodes.size(); ++i)
+    if (cut[i]) {
+      nodes.push_back(int(i));
+      kept.offset[i] = total;
+      total += g.node_floats[i];
+      arena = std::max(arena, subtree_floats(plan, g, cut, int(i), false, false));
+    }
+  kept.data.resize(total);
+  const int levels = plan.depth + 1;
+  std::vector<std::vector<std::int64_t>> add(nodes.size(), std::vector<std::int64_t>(levels, 0)), ent = add;
+#pragma omp parallel
+  {
+    std::vector<float> scratch(arena);
+#pragma omp for schedule(dynamic, 1)
+    for (int k = 0; k < int(nodes.size()); ++k) {
+      Runner run{plan, cut, g, kept.x0, kept.y0, &exposures, nullptr, add[k], ent[k]};
+      run.compute(nodes[k], kept.data.data() + kept.offset[nodes[k]], scratch.data(), false);
+    }
+  }
+  for (std::size_t k = 0; k < nodes.size(); ++k)
+    for (int l = 0; l < levels; ++l) {
+      additions[l] += add[k][l];
+      entries[l] += ent[k][l];
+    }
+}
+
+void run_tile(const Plan& plan, const std::vector<char>& cut, const Geometry& tile, const Kept& kept,
+              const StreamParams& params, int x0, int y0, float* arena, TileOutput& out) {
+  out.additions.assign(plan.depth + 1, 0);
+  out.entries.assign(plan.depth + 1, 0);
+  Runner run{plan, cut, tile, x0, y0, nullptr, &kept, out.additions, out.entries};
+  run.root(arena, params, out);
+}
+
+}  // namespace shiftstack::tree

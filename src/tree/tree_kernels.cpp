@@ -1,0 +1,187 @@
+#include "tree/tree_kernels.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "shiftstack/encoding.hpp"
+#include "shiftstack/error.hpp"
+
+// Run-time dispatch without intrinsics: each kernel is compiled once per target below and the
+// loader picks the best the CPU has (GCC/Clang function multi-versioning on x86-64).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SHIFTSTACK_TREE_NO_CLONES)
+#define TREE_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TREE_KERNEL
+#endif
+
+namespace shiftstack::tree {
+
+// Rows are formed in whole 16-float blocks (one AVX-512 vector), the last block overlapping
+// the one before when the width is not a multiple of 16: forming a pixel twice from the same
+// inputs writes the same value. Narrower rows (edge tiles) run as plain loops.
+constexpr int kBlock = 16;
+
+TREE_KERNEL void add_planes(float* out, int out_stride, const float* a, int a_stride, const float* b, int b_stride,
+                            int width, int rows) {
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict o = out + std::ptrdiff_t(r) * out_stride;
+    const float* __restrict x = a + std::ptrdiff_t(r) * a_stride;
+    const float* __restrict y = b + std::ptrdiff_t(r) * b_stride;
+    if (width < kBlock) {
+      for (int i = 0; i < width; ++i) o[i] = x[i] + y[i];
+      continue;
+    }
+    for (int i = 0;; i += kBlock) {
+      if (i + kBlock > width) i = width - kBlock;
+#pragma omp simd
+      for (int l = 0; l < kBlock; ++l) o[i + l] = x[i + l] + y[i + l];
+      if (i + kBlock == width) break;
+    }
+  }
+}
+
+TREE_KERNEL void copy_plane(float* out, int out_stride, const float* src, int src_stride, int width, int rows) {
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict o = out + std::ptrdiff_t(r) * out_stride;
+    const float* __restrict x = src + std::ptrdiff_t(r) * src_stride;
+#pragma omp simd
+    for (int i = 0; i < width; ++i) o[i] = x[i];
+  }
+}
+
+TREE_KERNEL void accumulate_plane(float* out, int out_stride, const float* src, int src_stride, int width, int rows) {
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict o = out + std::ptrdiff_t(r) * out_stride;
+    const float* __restrict x = src + std::ptrdiff_t(r) * src_stride;
+#pragma omp simd
+    for (int i = 0; i < width; ++i) o[i] += x[i];
+  }
+}
+
+ZTest z_test(double z) {
+  ZTest t;
+  t.signed_square = std::isinf(z) ? float(z) : float(z * std::abs(z));
+  return t;
+}
+
+TREE_KERNEL void score_tile(const RootSources* sources, int velocities, int width, int rows, ZTest screen,
+                            ZTest count_test, bool want_count, TileScore& out, std::uint8_t* hit_out) {
+  // Lane accumulators: FP32 over one velocity (rows * width / 16 values each, about 1e-6
+  // relative), then added to double lanes; reduced once per call. A last block that overlaps
+  // the one before only counts its new lanes. Branch-free so that it vectorises.
+  double da[kBlock] = {}, db[kBlock] = {};
+  int n_scored[kBlock] = {}, n_count[kBlock] = {};
+  const float sz = screen.signed_square, cz = count_test.signed_square;
+  double tail_a = 0, tail_b = 0;
+  std::int64_t tail_scored = 0, tail_count = 0;
+  for (int k = 0; k < velocities; ++k) {
+    const RootSources& src = sources[k];
+    float sa[kBlock] = {}, sb[kBlock] = {};
+    int hit[kBlock] = {};
+    int any = 0;
+    for (int r = 0; r < rows; ++r) {
+      const float* __restrict x0 = src.a0 + std::ptrdiff_t(r) * src.stride0;
+      const float* __restrict x1 = src.a1 + std::ptrdiff_t(r) * src.stride1;
+      const float* __restrict y0 = src.b0 + std::ptrdiff_t(r) * src.stride0;
+      const float* __restrict y1 = src.b1 + std::ptrdiff_t(r) * src.stride1;
+      if (width < kBlock) {
+        for (int i = 0; i < width; ++i) {
+          const float A = x0[i] + x1[i], B = y0[i] + y1[i];
+          if (!(B > 0)) continue;
+          tail_a += A;
+          tail_b += B;
+          ++tail_scored;
+          tail_count += passes(A, B, count_test);
+          any |= passes(A, B, screen);
+        }
+        continue;
+      }
+      for (int i = 0, done = 0;; i += kBlock) {
+        if (i + kBlock > width) i = width - kBlock;
+#pragma omp simd
+        for (int l = 0; l < kBlock; ++l) {
+          const float A = x0[i + l] + x1[i + l], B = y0[i + l] + y1[i + l];
+          const float q = A * std::fabs(A);
+          const int valid = int(B > 0) & int(i + l >= done);
+          sa[l] += valid ? A : 0.0f;
+          sb[l] += valid ? B : 0.0f;
+          n_scored[l] += valid;
+          n_count[l] += valid & int(q > cz * B);
+          hit[l] |= valid & int(q > sz * B);
+        }
+        done = i + kBlock;
+        if (done == width) break;
+      }
+    }
+#pragma omp simd reduction(| : any)
+    for (int l = 0; l < kBlock; ++l) {
+      da[l] += sa[l];
+      db[l] += sb[l];
+      any |= hit[l];
+    }
+    hit_out[k] = any != 0;
+  }
+  double sumA = tail_a, sumB = tail_b;
+  std::int64_t scored = tail_scored, count = want_count ? tail_count : 0;
+  for (int l = 0; l < kBlock; ++l) {
+    sumA += da[l];
+    sumB += db[l];
+    scored += n_scored[l];
+    if (want_count) count += n_count[l];
+  }
+  out.sumA += sumA;
+  out.sumB += sumB;
+  out.scored += scored;
+  out.count += count;
+}
+
+TREE_KERNEL void clean_fp32_row(const float* pairs, int n, float psi_weight, float phi_weight, float* psi,
+                                float* phi) {
+#pragma omp simd
+  for (int i = 0; i < n; ++i) {
+    const float p = pairs[2 * i], f = pairs[2 * i + 1];
+    const bool valid = f > 0;
+    psi[i] = valid ? psi_weight * p : 0.0f;
+    phi[i] = valid ? phi_weight * f : 0.0f;
+  }
+}
+
+namespace {
+// IEEE half -> float for every bit pattern, from the encoder's own conversion.
+const float* half_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (std::uint32_t h = 0; h < 65536; ++h) t[h] = half_to_float(std::uint16_t(h));
+    return t;
+  }();
+  return table.data();
+}
+}  // namespace
+
+void clean_fp16_row(const std::uint16_t* pairs, int n, float psi_weight, float phi_weight, float* psi, float* phi) {
+  const float* table = half_table();
+  for (int i = 0; i < n; ++i) {
+    const float p = table[pairs[2 * i]], f = table[pairs[2 * i + 1]];
+    const bool valid = f > 0;
+    psi[i] = valid ? psi_weight * p : 0.0f;
+    phi[i] = valid ? phi_weight * f : 0.0f;
+  }
+}
+
+TREE_KERNEL int clean_int8_row(const std::int8_t* pairs, int n, float psi_weight, float phi_weight, float* psi,
+                               float* phi) {
+  int exceptions = 0;
+#pragma omp simd reduction(+ : exceptions)
+  for (int i = 0; i < n; ++i) {
+    const int code = pairs[2 * i];
+    const int phi_code = std::uint8_t(pairs[2 * i + 1]);
+    const bool valid = code != int8_codes::psi_invalid && phi_code != 0;
+    const bool exception = valid && code == int8_codes::psi_exception;
+    psi[i] = valid && !exception ? psi_weight * float(code) : 0.0f;
+    phi[i] = valid ? phi_weight * float(phi_code) : 0.0f;
+    exceptions += exception;
+  }
+  return exceptions;
+}
+
+}  // namespace shiftstack::tree

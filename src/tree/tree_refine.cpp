@@ -1,0 +1,73 @@
+#include "tree/tree_refine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "cpu/exact_trial.hpp"
+#include "shiftstack/error.hpp"
+
+namespace shiftstack::tree {
+
+std::vector<ExactScore> refine(const EncodedStack& stack, const MotionBank& bank, const Region& region,
+                               const std::vector<TrialRef>& seeds, double z_flood, std::int64_t limit) {
+  const int E = stack.exposures;
+  const int Va = int(bank.vx_count()), Vb = int(bank.vy_count());
+  // Shifts per axis value (a Cartesian bank's x shift depends on vx alone), in double as in SPEC 2.
+  std::vector<std::vector<double>> sx(Va, std::vector<double>(E)), sy(Vb, std::vector<double>(E));
+  for (int e = 0; e < E; ++e) {
+    for (int a = 0; a < Va; ++a) sx[a][e] = bank.vx_axis[a] * bank.dt(e) + bank.curve_at_x(e);
+    for (int b = 0; b < Vb; ++b) sy[b][e] = bank.vy_axis[b] * bank.dt(e) + bank.curve_at_y(e);
+  }
+  const bool integer = bank.mode == ShiftMode::integer;
+  auto key = [&](int x, int y, std::int64_t v) {
+    return std::uint64_t((v * region.height + (y - region.y0)) * region.width + (x - region.x0));
+  };
+  std::unordered_set<std::uint64_t> seen;
+  std::vector<TrialRef> frontier;
+  auto offer_neighbours = [&](const TrialRef& t) {
+    const int a = int(t.velocity % Va), b = int(t.velocity / Va);
+    for (int db = -1; db <= 1; ++db)
+      for (int da = -1; da <= 1; ++da) {
+        const int na = a + da, nb = b + db;
+        if (na < 0 || nb < 0 || na >= Va || nb >= Vb) continue;
+        const std::int32_t v = std::int32_t(nb) * Va + na;
+        for (int dy = -1; dy <= 1; ++dy)
+          for (int dx = -1; dx <= 1; ++dx) {
+            const int x = t.x + dx, y = t.y + dy;
+            if (x < region.x0 || y < region.y0 || x >= region.x0 + region.width || y >= region.y0 + region.height)
+              continue;
+            if (seen.insert(key(x, y, v)).second) frontier.push_back({x, y, v});
+          }
+      }
+  };
+  for (const TrialRef& s : seeds) offer_neighbours(s);
+
+  std::vector<ExactScore> scores;
+  while (!frontier.empty()) {
+    require(std::int64_t(scores.size() + frontier.size()) <= limit,
+            "cpu-tree: refinement would re-score more than " + std::to_string(limit) +
+                " trials: raise the candidate threshold, lower the screen margin or raise max_candidates");
+    std::vector<ExactScore> batch(frontier.size());
+#pragma omp parallel for schedule(dynamic, 64)
+    for (std::size_t i = 0; i < frontier.size(); ++i) {
+      const TrialRef& t = frontier[i];
+      const int a = int(t.velocity % Va), b = int(t.velocity / Va);
+      const ExactTrialSums s = integer ? exact_integer_trial(stack, sx[a], sy[b], t.x, t.y)
+                                       : exact_bilinear_trial(stack, sx[a], sy[b], t.x, t.y);
+      batch[i] = {t.x, t.y, t.velocity, s.A, s.B, s.obs};
+    }
+    frontier.clear();
+    for (const ExactScore& s : batch)
+      if (s.B > 0 && s.A / std::sqrt(s.B) > z_flood) offer_neighbours({s.x, s.y, s.velocity});
+    scores.insert(scores.end(), batch.begin(), batch.end());
+  }
+  std::sort(scores.begin(), scores.end(), [](const ExactScore& p, const ExactScore& q) {
+    if (p.velocity != q.velocity) return p.velocity < q.velocity;
+    if (p.y != q.y) return p.y < q.y;
+    return p.x < q.x;
+  });
+  return scores;
+}
+
+}  // namespace shiftstack::tree
