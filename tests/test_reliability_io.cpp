@@ -160,6 +160,29 @@ TEST(ReliabilityRead, OtherCompressionsAndNonFitsAreRefused) {
   EXPECT_TRUE(has(why, "\\xE9")) << why;
 }
 
+TEST(ReliabilityRead, UnclosedStringsAndControlBytesAreRefused) {
+  // wcslib 7.12's header parser aborts the process (a strcpy overflow) on a string value with
+  // no closing quote; found by fuzz_read_pair through a NUL byte that cut a CTYPE card short.
+  TempDir dir;
+  const auto files = write_kit(tiny_kit(2), dir.path());
+  const std::string bytes = slurp(files[0]);
+  const std::size_t extname = bytes.find("EXTNAME = 'IMAGE");
+  ASSERT_NE(extname, std::string::npos);
+  // The card goes where END was; END moves one card down (the block has room).
+  const std::string end_card = std::string("END").append(77, ' ');
+  ASSERT_EQ(bytes.substr(extname + 80, 80), end_card);
+  std::string unclosed = bytes;
+  unclosed.replace(extname + 80, 160, std::string("WCSNAME = 'abc").append(66, ' ') + end_card);
+  put(files[0], unclosed);
+  std::string why = read_error(files);
+  EXPECT_TRUE(has(why, "WCSNAME has a string value without its closing quote")) << why;
+  std::string nul = bytes;
+  nul.replace(extname + 80, 160, std::string("WCSNAME = 'a").append(1, '\0').append("b'").append(65, ' ') + end_card);
+  put(files[0], nul);
+  why = read_error(files);
+  EXPECT_TRUE(has(why, "control byte 0x00")) << why;
+}
+
 TEST(ReliabilityRead, FifosAreRefusedNotOpened) {
   TempDir dir;
   const std::string fifo = dir.file("pipe.fits");
