@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -207,6 +208,30 @@ TEST(ReliabilityRead, AbsurdEpochsAndKernelsAreRefused) {
   write_exposure_fits(files[1], odd);
   why = read_error(files);
   EXPECT_TRUE(has(why, "at most 255 pixels")) << why;
+}
+
+TEST(ReliabilityRead, OneBadEpochAmongTheFilesIsNamedBeforeTheLikelihood) {
+  // MJD 65536 among MJD ~60000: the run used to go on (the reference engine exited 0, the cpu
+  // engine's band layout overflowed). Now the bank stage refuses it, naming the file.
+  TempDir dir;
+  const KitStack kit = tiny_kit(3);
+  auto files = write_kit(kit, dir.path());
+  Exposure odd = kit.stack.exposures[1];
+  odd.epoch = 65536;
+  write_exposure_fits(files[1], odd);
+  SearchConfig config = testing_support::kit_search_config(kit);
+  config.cpu_only = true;
+  RunOptions options;
+  options.inputs = files;
+  ::setenv("SHIFTSTACK_MEMORY_BUDGET", "256M", 1);
+  std::vector<std::string> stages;
+  options.progress = [&](const StageTime& s) { stages.push_back(s.name); };
+  const std::string why = error_of([&] { run_search(config, options); });
+  ::unsetenv("SHIFTSTACK_MEMORY_BUDGET");
+  EXPECT_TRUE(has(why, files[1])) << why;
+  EXPECT_TRUE(has(why, "epoch 65536")) << why;
+  EXPECT_TRUE(has(why, "check the epochs")) << why;
+  EXPECT_EQ(std::find(stages.begin(), stages.end(), "likelihood"), stages.end());
 }
 
 // ---- outputs among the inputs -------------------------------------------------------------

@@ -108,8 +108,10 @@ BankStage build_bank(const SearchConfig& config, const LoadedStack& loaded) {
   // what search() would accept).
   const int region_w = config.x_bounds ? std::max(1, (*config.x_bounds)[1] - (*config.x_bounds)[0]) : W;
   const int region_h = config.y_bounds ? std::max(1, (*config.y_bounds)[1] - (*config.y_bounds)[0]) : H;
+  std::vector<std::string> labels;
+  for (const auto& x : stack.exposures) labels.push_back(x.label);
   const SearchEstimate estimate =
-      check_search_limits(bank, region_w, region_h, std::int64_t(region_w) * region_h, 2, 0);
+      check_search_limits(bank, region_w, region_h, std::int64_t(region_w) * region_h, 2, 0, {}, labels);
   std::ostringstream d;
   d << bank.size() << " velocities (" << config.generator.name << "), t_ref MJD " << std::fixed;
   d.precision(5);
