@@ -66,30 +66,33 @@ for ((i = 1; i <= runs; ++i)); do
   now="$(check_set)" || { echo "kill test: run $i (killed after $delay s) broke the set; see $work" >&2; exit 1; }
   if [ "$now" = "none" ]; then echo "kill test: run $i lost the previous set; see $work" >&2; exit 1; fi
   if [ "$now" = "$seen" ]; then kept=$((kept + 1)); else replaced=$((replaced + 1)); fi
-  last=$(grep -oE "^shiftstack: [a-z]+ " progress.log | tail -1 | awk '{print $2}')
+  last=$( (grep -oE "^shiftstack: [a-z]+ " progress.log || true) | tail -1 | awk '{print $2}')
   phase[${last:-start}]=$(( ${phase[${last:-start}]:-0} + 1 ))
   seen="$now"
 done
 # Then, where strace exists, a kill at each file-system call of a run in turn (the random kills
-# above rarely land in the few milliseconds of the commit itself).
-swept=0
+# above rarely land in the few milliseconds of the commit itself). strace counts invocations per
+# system call, so each call is reached as the n-th of its own kind.
 if command -v strace > /dev/null; then
   calls=rename,renameat,renameat2,symlink,symlinkat,linkat,unlink,unlinkat,mkdir,mkdirat,fsync,fdatasync
   strace -f -qq -o strace.log -e trace="$calls" "$bin" "${args[@]}" 2> /dev/null
-  count=$(grep -c -E "($(echo "$calls" | tr , '|'))\(" strace.log || true)
   seen="$(check_set)"
-  killed=0
-  for ((n = 1; n <= count; ++n)); do
-    rc=0
-    (strace -f -qq -o /dev/null -e trace="$calls" -e inject="$calls":signal=SIGKILL:when="$n" \
-      "$bin" "${args[@]}") > /dev/null 2>&1 || rc=$?
-    [ "$rc" -eq 137 ] && killed=$((killed + 1))
-    now="$(check_set)" || { echo "kill test: a kill at file-system call $n broke the set; see $work" >&2; exit 1; }
-    if [ "$now" = "none" ]; then echo "kill test: a kill at file-system call $n lost the set; see $work" >&2; exit 1; fi
-    seen="$now"
-    swept=$((swept + 1))
+  total=0; killed=0
+  for call in ${calls//,/ }; do
+    count=$(grep -c -E "[0-9] +$call\(" strace.log || true)
+    for ((n = 1; n <= count; ++n)); do
+      rc=0
+      # Through an inner shell, so that "Killed" is reported to /dev/null, not to this output.
+      bash -c '"$@"; exit $?' _ strace -f -qq -o /dev/null -e trace="$call" -e inject="$call":signal=SIGKILL:when="$n" \
+        "$bin" "${args[@]}" > /dev/null 2>&1 || rc=$?
+      [ "$rc" -eq 137 ] && killed=$((killed + 1))
+      total=$((total + 1))
+      now="$(check_set)" || { echo "kill test: a kill at $call number $n broke the set; see $work" >&2; exit 1; }
+      if [ "$now" = "none" ]; then echo "kill test: a kill at $call number $n lost the set; see $work" >&2; exit 1; fi
+      seen="$now"
+    done
   done
-  echo "kill test: a kill at each of the $count file-system calls of a run in turn ($killed runs died" \
+  echo "kill test: a kill at each of the $total file-system calls of a run in turn ($killed runs died" \
        "there): the set stayed whole" >&2
 fi
 left=$(find out -maxdepth 1 -name '.results.run-*' | wc -l)

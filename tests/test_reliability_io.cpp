@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -160,6 +161,29 @@ TEST(ReliabilityRead, OtherCompressionsAndNonFitsAreRefused) {
   EXPECT_TRUE(has(why, "\\xE9")) << why;
 }
 
+TEST(ReliabilityRead, UnclosedStringsAndControlBytesAreRefused) {
+  // wcslib 7.12's header parser aborts the process (a strcpy overflow) on a string value with
+  // no closing quote; found by fuzz_read_pair through a NUL byte that cut a CTYPE card short.
+  TempDir dir;
+  const auto files = write_kit(tiny_kit(2), dir.path());
+  const std::string bytes = slurp(files[0]);
+  const std::size_t extname = bytes.find("EXTNAME = 'IMAGE");
+  ASSERT_NE(extname, std::string::npos);
+  // The card goes where END was; END moves one card down (the block has room).
+  const std::string end_card = std::string("END").append(77, ' ');
+  ASSERT_EQ(bytes.substr(extname + 80, 80), end_card);
+  std::string unclosed = bytes;
+  unclosed.replace(extname + 80, 160, std::string("WCSNAME = 'abc").append(66, ' ') + end_card);
+  put(files[0], unclosed);
+  std::string why = read_error(files);
+  EXPECT_TRUE(has(why, "WCSNAME has a string value without its closing quote")) << why;
+  std::string nul = bytes;
+  nul.replace(extname + 80, 160, std::string("WCSNAME = 'a").append(1, '\0').append("b'").append(65, ' ') + end_card);
+  put(files[0], nul);
+  why = read_error(files);
+  EXPECT_TRUE(has(why, "control byte 0x00")) << why;
+}
+
 TEST(ReliabilityRead, FifosAreRefusedNotOpened) {
   TempDir dir;
   const std::string fifo = dir.file("pipe.fits");
@@ -184,6 +208,30 @@ TEST(ReliabilityRead, AbsurdEpochsAndKernelsAreRefused) {
   write_exposure_fits(files[1], odd);
   why = read_error(files);
   EXPECT_TRUE(has(why, "at most 255 pixels")) << why;
+}
+
+TEST(ReliabilityRead, OneBadEpochAmongTheFilesIsNamedBeforeTheLikelihood) {
+  // MJD 65536 among MJD ~60000: the run used to go on (the reference engine exited 0, the cpu
+  // engine's band layout overflowed). Now the bank stage refuses it, naming the file.
+  TempDir dir;
+  const KitStack kit = tiny_kit(3);
+  auto files = write_kit(kit, dir.path());
+  Exposure odd = kit.stack.exposures[1];
+  odd.epoch = 65536;
+  write_exposure_fits(files[1], odd);
+  SearchConfig config = testing_support::kit_search_config(kit);
+  config.cpu_only = true;
+  RunOptions options;
+  options.inputs = files;
+  ::setenv("SHIFTSTACK_MEMORY_BUDGET", "256M", 1);
+  std::vector<std::string> stages;
+  options.progress = [&](const StageTime& s) { stages.push_back(s.name); };
+  const std::string why = error_of([&] { run_search(config, options); });
+  ::unsetenv("SHIFTSTACK_MEMORY_BUDGET");
+  EXPECT_TRUE(has(why, files[1])) << why;
+  EXPECT_TRUE(has(why, "epoch 65536")) << why;
+  EXPECT_TRUE(has(why, "check the epochs")) << why;
+  EXPECT_EQ(std::find(stages.begin(), stages.end(), "likelihood"), stages.end());
 }
 
 // ---- outputs among the inputs -------------------------------------------------------------

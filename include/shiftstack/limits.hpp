@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shiftstack/motion.hpp"
 
@@ -33,8 +34,10 @@ struct SearchEstimate {
 };
 
 // Checks a search of `bank` over `origins` origins of a width x height image against `limits`;
-// throws Error naming the exposure, epoch and velocity that break a limit.
+// throws Error naming the exposure (with its label, e.g. its file, when `exposure_labels` has
+// one per exposure), epoch and velocity that break a limit.
 SearchEstimate check_search_limits(const MotionBank& bank, int width, int height, std::int64_t origins,
-                                   std::size_t bytes_per_pair, int top_k, const SearchLimits& limits = {});
+                                   std::size_t bytes_per_pair, int top_k, const SearchLimits& limits = {},
+                                   const std::vector<std::string>& exposure_labels = {});
 
 }  // namespace shiftstack

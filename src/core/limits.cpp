@@ -65,7 +65,8 @@ std::uint64_t memory_budget_bytes() {
 }
 
 SearchEstimate check_search_limits(const MotionBank& bank, int width, int height, std::int64_t origins,
-                                   std::size_t bytes_per_pair, int top_k, const SearchLimits& limits) {
+                                   std::size_t bytes_per_pair, int top_k, const SearchLimits& limits,
+                                   const std::vector<std::string>& exposure_labels) {
   SearchEstimate out;
   const int E = bank.exposures();
   const double V = double(bank.size());
@@ -111,10 +112,11 @@ SearchEstimate check_search_limits(const MotionBank& bank, int width, int height
   out.max_abs_shift = worst;
   auto culprit = [&] {
     char text[256];
-    std::snprintf(text, sizeof text,
-                  "exposure %d at epoch %.6f is %.6g days from t_ref %.6f; velocity (%.6g, %.6g) px/day", worst_e,
+    std::snprintf(text, sizeof text, " at epoch %.6f is %.6g days from t_ref %.6f; velocity (%.6g, %.6g) px/day",
                   bank.epochs[std::size_t(worst_e)], bank.dt(worst_e), bank.t_ref, worst_v.vx, worst_v.vy);
-    return std::string(text);
+    const bool labelled = exposure_labels.size() == std::size_t(E);
+    return "exposure " + std::to_string(worst_e) +
+           (labelled ? " (" + exposure_labels[std::size_t(worst_e)] + ")" : std::string()) + text;
   };
   if (!(worst <= limits.max_shift_pixels))
     throw Error("a trajectory of the bank shifts by " + number(worst) + " px (" + culprit() +

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -177,12 +178,27 @@ class HeaderReader {
         throw Error(label_ + ": " + h.where + ": header card " + std::to_string(card.number) + " has an invalid " +
                     "keyword name '" + printable(std::string(raw, 8)) + "'; the header is corrupt");
     }
+    // Control bytes (a NUL ends the card for every C reader) and string values without their
+    // closing quote are damage in any card: wcslib 7.12's header parser overflows a buffer on
+    // such a string (WCSNAME = 'abc, with no closing quote, aborts the process).
+    for (int k = 0; k < int(card_size); ++k) {
+      const unsigned char c = static_cast<unsigned char>(raw[k]);
+      if (c < 0x20 || c == 0x7f) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02X", c);
+        throw Error(label_ + ": " + h.where + ": header card " + std::to_string(card.number) + " holds the control " +
+                    "byte " + hex + " at column " + std::to_string(k + 1) + "; the header is corrupt");
+      }
+    }
+    if (card.has_value && card.is_string && card.malformed)
+      throw Error(label_ + ": " + h.where + ": keyword " + card.key + " has a string value without its closing " +
+                  "quote (card " + std::to_string(card.number) + "); the header is corrupt");
     // The values that decide sizes and decompression must be clean printable ASCII (FITS 4.2);
-    // other cards are left to the reader, which only looks at the keywords it needs.
+    // other values may carry Latin-1 text, which the reader does not interpret.
     if (!card.has_value || !structural(card.key)) return;
     const std::string& v = card.value;
     const bool ascii = std::all_of(v.begin(), v.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
-    if (!ascii || card.malformed)
+    if (!ascii)
       throw Error(label_ + ": " + h.where + ": keyword " + card.key + " has a malformed value '" + printable(v) +
                   "' (card " + std::to_string(card.number) + "); the header is corrupt");
   }

@@ -2,6 +2,7 @@
 // standard 4.0 section 10, as cfitsio 4.2 reads it).
 #include <zlib.h>
 
+#include <algorithm>
 #include <set>
 
 #include "io/fits_guard_internal.hpp"
@@ -127,8 +128,10 @@ Table read_table(const Bytes& bytes, const Keys& keys, std::uint64_t data_offset
   return t;
 }
 
-// Inflates a gzip member fully, producing at most `bound` bytes; false with `why` otherwise.
-bool bounded_gunzip(const unsigned char* in, std::size_t n, std::uint64_t bound, std::string& why) {
+// Inflates a gzip member fully, producing at most `bound` bytes (their count in `produced`);
+// false with `why` otherwise.
+bool bounded_gunzip(const unsigned char* in, std::size_t n, std::uint64_t bound, std::string& why,
+                    std::uint64_t& produced) {
   z_stream z{};
   if (inflateInit2(&z, 15 + 16) != Z_OK) {
     why = "zlib could not start";
@@ -137,7 +140,7 @@ bool bounded_gunzip(const unsigned char* in, std::size_t n, std::uint64_t bound,
   std::vector<unsigned char> out(std::size_t(std::min<std::uint64_t>(bound + 1, 1 << 16)));
   z.next_in = const_cast<unsigned char*>(in);
   z.avail_in = uInt(n);
-  std::uint64_t produced = 0;
+  produced = 0;
   bool ok = false;
   for (;;) {
     z.next_out = out.data();
@@ -181,11 +184,14 @@ void check_tile_compressed(const Bytes& bytes, const Keys& keys, const HduHeader
     keys.fail("ZBITPIX = " + std::to_string(zbitpix) + " is not 8, 16, 32, 64, -32 or -64");
   const int axes = int(keys.required_integer("ZNAXIS", 1, max_compressed_axes));
   u128 pixels = 1, tiles = 1, tile_pixels = 1;
+  std::vector<std::int64_t> lengths, tile_sides;
   for (int n = 1; n <= axes; ++n) {
     const std::int64_t length = keys.required_integer("ZNAXIS" + std::to_string(n), 1, std::numeric_limits<std::int32_t>::max());
     // cfitsio's defaults: the first axis in one tile, one pixel along the others.
     const std::int64_t tile =
         keys.integer("ZTILE" + std::to_string(n), 1, std::numeric_limits<std::int32_t>::max()).value_or(n == 1 ? length : 1);
+    lengths.push_back(length);
+    tile_sides.push_back(tile);
     pixels *= u128(length);
     tiles *= u128((length - 1) / tile + 1);
     tile_pixels *= u128(tile);
@@ -250,14 +256,35 @@ void check_tile_compressed(const Bytes& bytes, const Keys& keys, const HduHeader
     if (!tile.empty()) bytes.read(t.heap_offset + offset, tile.size(), reinterpret_cast<char*>(tile.data()));
   };
   const std::uint64_t tile_bound = std::uint64_t(tile_pixels) * 8;
+  // Pixels of tile `row` (axis 1 fastest), cut at the image's edges as cfitsio cuts them.
+  auto tile_length = [&](std::uint64_t row) {
+    std::uint64_t n = 1, rest = row;
+    for (std::size_t a = 0; a < lengths.size(); ++a) {
+      const std::uint64_t count = std::uint64_t((lengths[a] - 1) / tile_sides[a] + 1);
+      const std::uint64_t index = rest % count;
+      rest /= count;
+      n *= std::uint64_t(std::min<std::int64_t>(tile_sides[a], lengths[a] - std::int64_t(index) * tile_sides[a]));
+    }
+    return n;
+  };
+  // A gzip tile must inflate to 1, 2, 4 or 8 bytes per pixel of its tile: cfitsio 4.2 takes any
+  // other size as an error and returns without freeing the tile's compressed bytes.
+  auto gunzip_tile = [&](const std::string& which, std::uint64_t row) {
+    std::string why;
+    std::uint64_t produced = 0;
+    if (!bounded_gunzip(tile.data(), tile.size(), tile_bound, why, produced)) keys.fail(which + why);
+    const std::uint64_t n = tile_length(row);
+    if (produced != n && produced != 2 * n && produced != 4 * n && produced != 8 * n)
+      keys.fail(which + "inflates to " + std::to_string(produced) + " bytes, not 1, 2, 4 or 8 per pixel of its " +
+                std::to_string(n) + " pixels");
+  };
   for (std::uint64_t row = 0; row < t.rows; ++row) {
     const std::string which = "tile " + std::to_string(row + 1) + " of " + std::to_string(t.rows);
     if (gzip || *algorithm == "HCOMPRESS_1" || *algorithm == "PLIO_1") {
       load(compressed, row, element);
-      std::string why;
       if (tile.empty()) {
       } else if (gzip) {
-        if (!bounded_gunzip(tile.data(), tile.size(), tile_bound, why)) keys.fail(which + ": gzip data: " + why);
+        gunzip_tile(which + ": gzip data: ", row);
       } else if (*algorithm == "HCOMPRESS_1") {
         // The stream starts with magic DD 99 and the tile's two sides; cfitsio decodes that
         // many pixels into a buffer of one tile.
@@ -283,12 +310,9 @@ void check_tile_compressed(const Bytes& bytes, const Keys& keys, const HduHeader
       const ColumnForm& g = t.columns[std::size_t(gzip_column)];
       if (g.type != 'P' && g.type != 'Q') keys.fail("GZIP_COMPRESSED_DATA is not a variable-length array column");
       load(gzip_column, row, g.element == 'X' ? 1 : element_bytes(g.element));
-      std::string why;
-      if (!tile.empty() && !bounded_gunzip(tile.data(), tile.size(), tile_bound, why))
-        keys.fail(which + ": GZIP_COMPRESSED_DATA: " + why);
+      if (!tile.empty()) gunzip_tile(which + ": GZIP_COMPRESSED_DATA: ", row);
     }
   }
 }
-
 
 }  // namespace shiftstack::io::detail::guard

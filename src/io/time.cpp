@@ -185,14 +185,15 @@ EpochReading find_epoch(const Header& hdu, const Header& primary, const std::str
 EpochReading read_epoch(const Header& hdu, const Header& primary, const std::string& keyword,
                         const std::string& label) {
   EpochReading epoch = find_epoch(hdu, primary, keyword, label);
-  // A NaN or absurd epoch (1e300, an EXPTIME of inf) would sort and shift nonsensically; within
-  // +-1e6 days (years -880 to 4596) lies every real observation.
-  constexpr double plausible_mjd = 1e6;
-  if (!(std::abs(epoch.mjd) <= plausible_mjd)) {
+  // A NaN or absurd epoch (1e300, an EXPTIME of inf) would sort and shift nonsensically. Every
+  // real observation lies within 1e7 days of MJD 0, as an MJD or as a Julian date (a keyword
+  // named in the config, such as JD-OBS, is taken as given: only differences matter).
+  constexpr double plausible_days = 1e7;
+  if (!(std::abs(epoch.mjd) <= plausible_days)) {
     char text[64];
     std::snprintf(text, sizeof text, "%.17g", epoch.mjd);
-    throw Error(label + ": the epoch from " + epoch.keyword + " is MJD " + text +
-                ", not a plausible date (|MJD| <= 1e6)");
+    throw Error(label + ": the epoch from " + epoch.keyword + " is " + text +
+                " days, not a plausible date (within 1e7 days of MJD 0)");
   }
   return epoch;
 }
