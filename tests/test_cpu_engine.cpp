@@ -88,6 +88,9 @@ struct Case {
   ShiftMode mode;
   std::string target;  // SIMD target of the cpu engine
 };
+void PrintTo(const Case& c, std::ostream* os) {  // names the case in test listings, not its bytes
+  *os << c.target << " " << to_string(c.encoding) << (c.mode == ShiftMode::integer ? " integer" : " fractional");
+}
 
 // Every encoding and shift mode on every SIMD target this machine runs.
 std::vector<Case> trial_cases() {

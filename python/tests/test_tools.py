@@ -8,7 +8,7 @@ def test_engine_list():
     assert "reference" in names and "cpu" in names
     assert shiftstack.best_engine() in names
     assert shiftstack.encodings() == ["fp32", "fp16", "int8"]
-    assert set(shiftstack.workloads()) == {"ci", "kbmod", "dense", "deep"}
+    assert set(shiftstack.workloads()) == {"ci", "kbmod", "dense", "deep", "nights"}
     assert shiftstack.threads() >= 1
 
 
