@@ -11,6 +11,9 @@ packages=(
   pybind11-dev python3-dev python3-numpy python3-pytest python3-astropy python3-matplotlib
   python3-skbuild python3-pip python3-venv
   zlib1g-dev libopenmpi-dev openmpi-bin
+  libhwy-dev
+  # the fuzz targets (fuzz/run.sh, the fuzz_smoke test): Clang with libFuzzer and OpenMP
+  clang libclang-rt-dev libomp-dev
 )
 missing=()
 for p in "${packages[@]}"; do

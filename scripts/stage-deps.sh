@@ -17,6 +17,10 @@ g++ -std=c++20 -M "$probe" | tr ' \\' '\n\n' | grep '^/usr/include/boost/' | sor
   done
 rm -f "$probe"
 cp -r /usr/src/googletest "$dest/googletest"
+# Google Highway (the cpu engine's SIMD): headers and the shared library (Debian ships no static
+# one); binaries built against the staged copy find it through their build RPATH.
+cp -r /usr/include/hwy "$dest/include/"
+cp -P /usr/lib/x86_64-linux-gnu/libhwy.so /usr/lib/x86_64-linux-gnu/libhwy.so.1* "$dest/lib/"
 # Static I/O libraries (optional on the other side: CMake builds the readers only if found).
 if [ -f /usr/include/fitsio.h ] && [ -f /usr/lib/x86_64-linux-gnu/libcfitsio.a ]; then
   cp /usr/include/fitsio.h /usr/include/longnam.h "$dest/include/"

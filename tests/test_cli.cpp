@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "shiftstack/cpu_engine.hpp"
 #include "shiftstack/search.hpp"
 
 namespace {
@@ -172,7 +174,13 @@ TEST(Cli, BenchJsonHasOneRecordPerCombinationThatAgreesWithTheReference) {
       EXPECT_TRUE(rec.at("digest").contains(field)) << field;
     for (const char* field : {"card", "commit", "date"})
       EXPECT_FALSE(rec.at(field).get<std::string>().empty()) << field;
+    EXPECT_GT(rec.at("cpu_seconds_median").get<double>(), 0);
+    const char* env = std::getenv("SHIFTSTACK_CPU_TARGET");
+    if (!env || !*env) {  // the SIMD target the cpu engine ran: the best one here
+      EXPECT_EQ(rec.at("cpu_target"), shiftstack::cpu_engine_targets().front());
+    }
   }
+  EXPECT_TRUE(contains(r.output, "cpu engine SIMD target: ")) << r.output;
   EXPECT_EQ(records[0].at("encoding"), "fp32");
   EXPECT_EQ(records[2].at("encoding"), "int8");
   for (const auto& entry : std::filesystem::directory_iterator(file.parent_path()))  // no temp left

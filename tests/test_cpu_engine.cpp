@@ -6,9 +6,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
+#include "shiftstack/cpu_engine.hpp"
 #include "test_support.hpp"
 
 using namespace shiftstack;
@@ -83,7 +86,21 @@ SearchResult run(const std::string& engine_name, const EncodedStack& stack, cons
 struct Case {
   Encoding encoding;
   ShiftMode mode;
+  std::string target;  // SIMD target of the cpu engine
 };
+void PrintTo(const Case& c, std::ostream* os) {  // names the case in test listings, not its bytes
+  *os << c.target << " " << to_string(c.encoding) << (c.mode == ShiftMode::integer ? " integer" : " fractional");
+}
+
+// Every encoding and shift mode on every SIMD target this machine runs.
+std::vector<Case> trial_cases() {
+  std::vector<Case> out;
+  for (const std::string& target : cpu_engine_targets())
+    for (ShiftMode mode : {ShiftMode::integer, ShiftMode::fractional})
+      for (Encoding encoding : {Encoding::fp32, Encoding::fp16, Encoding::int8})
+        out.push_back({encoding, mode, target});
+  return out;
+}
 
 class CpuEngineTrials : public ::testing::TestWithParam<Case> {};
 
@@ -97,7 +114,8 @@ TEST_P(CpuEngineTrials, BrightSourceEveryTrialMatchesReference) {
     ASSERT_GT(stack.saturated, 0) << "no exceptions to test";
   }
   const SearchResult ref = run("reference", stack, kit.bank, every_trial());
-  const SearchResult fast = run("cpu", stack, kit.bank, every_trial());
+  auto engine = make_cpu_engine(c.target);
+  const SearchResult fast = search(*engine, stack, kit.bank, every_trial());
   expect_same_trials(ref, fast);
   // The bright source is found where it was put.
   EXPECT_EQ(fast.digest.argmax_velocity, kit.truth.velocity);
@@ -106,15 +124,64 @@ TEST_P(CpuEngineTrials, BrightSourceEveryTrialMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    EncodingsAndModes, CpuEngineTrials,
-    ::testing::Values(Case{Encoding::fp32, ShiftMode::integer}, Case{Encoding::fp16, ShiftMode::integer},
-                      Case{Encoding::int8, ShiftMode::integer}, Case{Encoding::fp32, ShiftMode::fractional},
-                      Case{Encoding::fp16, ShiftMode::fractional},
-                      Case{Encoding::int8, ShiftMode::fractional}),
-    [](const auto& p) {
-      return to_string(p.param.encoding) +
+    EncodingsAndModes, CpuEngineTrials, ::testing::ValuesIn(trial_cases()), [](const auto& p) {
+      return p.param.target + "_" + to_string(p.param.encoding) +
              (p.param.mode == ShiftMode::integer ? "_integer" : "_fractional");
     });
+
+// The binary carries the narrower targets too, so a machine with AVX-512 also checks the AVX2
+// and scalar code paths (the cases above run every target listed here).
+TEST(CpuEngine, RunsEveryTargetThisProcessorSupports) {
+  const std::vector<std::string> targets = cpu_engine_targets();
+  ASSERT_FALSE(targets.empty());
+  auto has = [&](const std::string& name) { return std::find(targets.begin(), targets.end(), name) != targets.end(); };
+#if defined(__x86_64__)
+  EXPECT_TRUE(has("SCALAR") || has("EMU128")) << "no portable fallback target";
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_TRUE(has("AVX2"));
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    EXPECT_EQ(targets.front(), "AVX3");
+  }
+#endif
+  // The default engine runs the best target; a name picks another, in any letter case.
+  const char* env = std::getenv("SHIFTSTACK_CPU_TARGET");
+  if (!env || !*env) {
+    EXPECT_EQ(cpu_engine_target(*make_engine("cpu")), targets.front());
+  }
+  EXPECT_EQ(cpu_engine_target(*make_cpu_engine(targets.back())), targets.back());
+  std::string lower = targets.back();
+  for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  EXPECT_EQ(cpu_engine_target(*make_cpu_engine(lower)), targets.back());
+  EXPECT_EQ(cpu_engine_target(*make_engine("reference")), "");
+}
+
+TEST(CpuEngine, UnknownTargetIsAnErrorNamingTheAvailableOnes) {
+  try {
+    make_cpu_engine("AVX9000");
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("AVX9000"), std::string::npos) << message;
+    EXPECT_NE(message.find(cpu_engine_targets().front()), std::string::npos) << message;
+  }
+}
+
+TEST(CpuEngine, EnvironmentVariablePicksTheTarget) {
+  const char* before = std::getenv("SHIFTSTACK_CPU_TARGET");
+  const std::string saved = before ? before : "";
+  const std::string narrowest = cpu_engine_targets().back();
+  ASSERT_EQ(setenv("SHIFTSTACK_CPU_TARGET", narrowest.c_str(), 1), 0);
+  const std::string chosen = cpu_engine_target(*make_engine("cpu"));
+  ASSERT_EQ(setenv("SHIFTSTACK_CPU_TARGET", "nonesuch", 1), 0);
+  EXPECT_THROW(make_engine("cpu"), Error);
+  ASSERT_EQ(unsetenv("SHIFTSTACK_CPU_TARGET"), 0);
+  EXPECT_EQ(chosen, narrowest);
+  EXPECT_EQ(cpu_engine_target(*make_engine("cpu")), cpu_engine_targets().front());
+  if (before) setenv("SHIFTSTACK_CPU_TARGET", saved.c_str(), 1);
+}
 
 TEST(CpuEngine, RegionAwayFromTheOriginMatchesReference) {
   const KitStack kit = make_kit(small_shape(ShiftMode::integer));

@@ -1,12 +1,14 @@
 // Every registered engine x encoding x shift mode on the `ci` workload against the `reference`
-// engine, with SPEC 4's tolerances. Compiled twice: into the CPU suite for CPU engines and into
-// the GPU suite (SHIFTSTACK_PARITY_GPU) for CUDA engines, which skip where no device exists.
+// engine (the cpu engine on each SIMD target this machine runs), with SPEC 4's tolerances.
+// Compiled twice: into the CPU suite for CPU engines and into the GPU suite
+// (SHIFTSTACK_PARITY_GPU) for CUDA engines, which skip where no device exists.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <mutex>
 
 #include "shiftstack/tree.hpp"
+#include "shiftstack/cpu_engine.hpp"
 #include "test_support.hpp"
 
 using namespace shiftstack;
@@ -25,6 +27,9 @@ struct Case {
 };
 
 std::string mode_name(ShiftMode m) { return m == ShiftMode::integer ? "integer" : "fractional"; }
+void PrintTo(const Case& c, std::ostream* os) {  // names the case in test listings, not its bytes
+  *os << c.engine << " " << to_string(c.encoding) << " " << mode_name(c.mode);
+}
 
 struct Reference {
   KitStack kit;
@@ -76,6 +81,10 @@ const EngineInfo& info_for(const std::string& name) {
 
 }  // namespace
 
+namespace {
+void expect_agreement(const Reference& ref, const EngineInfo& info, Engine& engine);
+}  // namespace
+
 class Parity : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Parity, AgreesWithReference) {
@@ -83,13 +92,24 @@ TEST_P(Parity, AgreesWithReference) {
   const EngineInfo& info = info_for(c.engine);
   if (!info.available()) GTEST_SKIP() << c.engine << " is not available here (no device)";
   const Reference& ref = reference_for(c.encoding, c.mode);
-  auto engine = info.make();
+  // The cpu engine on every SIMD target this machine runs, against one reference run.
+  const std::vector<std::string> targets = c.engine == "cpu" ? cpu_engine_targets() : std::vector<std::string>{""};
+  for (const std::string& target : targets) {
+    SCOPED_TRACE(target.empty() ? c.engine : c.engine + " on SIMD target " + target);
+    auto engine = target.empty() ? info.make() : make_cpu_engine(target);
+    ASSERT_EQ(cpu_engine_target(*engine), target);
+    expect_agreement(ref, info, *engine);
+  }
+}
+
+namespace {
+void expect_agreement(const Reference& ref, const EngineInfo& info, Engine& engine) {
   OutputPolicy policy;
   policy.collect_candidates = true;
   policy.candidate_threshold = ref.result.digest.z_thr - 1e-4;
   policy.top_k = 3;
   SearchInput probe{&ref.stack, &ref.kit.bank, resolve({}, ref.stack.width, ref.stack.height), policy};
-  const std::string reason = engine->unsupported_reason(probe);
+  const std::string reason = engine.unsupported_reason(probe);
   if (!reason.empty()) GTEST_SKIP() << "not supported: " << reason;
 
   if (info.digest_kind != DigestKind::exhaustive) {
@@ -97,13 +117,13 @@ TEST_P(Parity, AgreesWithReference) {
     // the bounds its positions put on them (tree_digest_bounds); re-scored, the trials above
     // z_thr, their scores, maxZ, its trial and the count are the reference's own.
     policy.top_k = 0;  // top-k needs every exact score: the tree would run the exhaustive engine
-    const SearchResult r = search(*engine, ref.stack, ref.kit.bank, policy);
+    const SearchResult r = search(engine, ref.stack, ref.kit.bank, policy);
     // The screen is an integer-shift operator: its sums are bounded against the exhaustive
     // integer rounding of the same stack (for a fractional bank, that bank in integer mode).
     MotionBank integer_bank = ref.kit.bank;
     integer_bank.mode = ShiftMode::integer;
     Digest integer_digest = ref.result.digest;
-    if (c.mode == ShiftMode::fractional) {
+    if (ref.kit.bank.mode == ShiftMode::fractional) {
       auto exhaustive = make_engine("cpu");
       integer_digest = search(*exhaustive, ref.stack, integer_bank).digest;
     }
@@ -132,7 +152,7 @@ TEST_P(Parity, AgreesWithReference) {
     }
     return;
   }
-  const SearchResult r = search(*engine, ref.stack, ref.kit.bank, policy);
+  const SearchResult r = search(engine, ref.stack, ref.kit.bank, policy);
   const DigestTolerance tol =
       info.reduced_arithmetic ? DigestTolerance::reduced() : DigestTolerance::fp32();
   const DigestComparison cmp = compare(ref.result.digest, r.digest, tol, ref.near_threshold);
@@ -157,6 +177,7 @@ TEST_P(Parity, AgreesWithReference) {
     EXPECT_LE(differing, r.top_k.size() / 1000) << "top-k entries naming other trials";
   }
 }
+}  // namespace
 
 INSTANTIATE_TEST_SUITE_P(
     AllEngines, Parity, ::testing::ValuesIn(cases()), [](const auto& param) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -19,6 +20,7 @@
 #include "options.hpp"
 #include "progress.hpp"
 #include "run_info.hpp"
+#include "shiftstack/cpu_engine.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"
 #ifdef SHIFTSTACK_HAVE_CUDA
@@ -141,6 +143,13 @@ struct StageRecorder {
   void print() const {}
 #endif
 };
+
+// User + system time of the whole process (every thread), in seconds.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 bool same_digest(const Digest& a, const Digest& b) {
   return a.sumA == b.sumA && a.sumB == b.sumB && a.maxZ == b.maxZ && a.count == b.count &&
@@ -274,6 +283,14 @@ void run_bench(const BenchOptions& o) {
   std::unique_ptr<AtomicFile> json_out;
   if (!o.json_file.empty()) json_out = std::make_unique<AtomicFile>(o.json_file);
 
+  // The cpu engine's SIMD target (and an error for a bad SHIFTSTACK_CPU_TARGET) before any work.
+  std::string cpu_target_line;
+  if (std::find(engine_list.begin(), engine_list.end(), "cpu") != engine_list.end()) {
+    cpu_target_line = "cpu engine SIMD target: " + cpu_engine_target(*make_cpu_engine()) + " (runnable here:";
+    for (const std::string& name : cpu_engine_targets()) cpu_target_line += " " + name;
+    cpu_target_line += "; SHIFTSTACK_CPU_TARGET picks one)";
+  }
+
   progress.show("bench: making the " + workload_label + " stack");
   const KitStack kit = make_kit(kit_options);
   progress.show("bench: likelihood maps");
@@ -299,6 +316,8 @@ void run_bench(const BenchOptions& o) {
     std::printf("top-%d per origin (KBMOD's results_per_pixel): times are wall clock around each search, the "
                 "lists downloaded and assembled on the host\n",
                 o.top_k);
+
+  if (!cpu_target_line.empty()) std::printf("%s\n", cpu_target_line.c_str());
 
   std::unique_ptr<Baseline> baseline;
   if (baseline_name != "none") {
@@ -356,6 +375,7 @@ void run_bench(const BenchOptions& o) {
         t.refine = engine_name != "cpu-tree-screen";
         engine = std::make_unique<TreeEngine>(t, engine_name);
       }
+      if (const std::string target = cpu_engine_target(*engine); !target.empty()) record["cpu_target"] = target;
       OutputPolicy policy;
       policy.top_k = o.top_k;
       const SearchInput probe{&stack, &kit.bank, resolve({}, stack.width, stack.height), policy};
@@ -365,7 +385,7 @@ void run_bench(const BenchOptions& o) {
         continue;
       }
 
-      std::vector<double> seconds, engine_seconds, wall_seconds;
+      std::vector<double> seconds, engine_seconds, wall_seconds, cpu_seconds;
       Digest digest;
       bool deterministic = true;
       StageRecorder stages(*engine);
@@ -374,9 +394,11 @@ void run_bench(const BenchOptions& o) {
         progress.show("bench: " + engine_name + " " + encoding + (timed ? " run " : " warm-up ") +
                       std::to_string(timed ? run - o.warmup + 1 : run + 1) + "/" +
                       std::to_string(timed ? o.runs : o.warmup));
+        const double cpu_before = process_cpu_seconds();
         const auto start = std::chrono::steady_clock::now();
         const SearchResult r = search(*engine, stack, kit.bank, policy);
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (timed) cpu_seconds.push_back(process_cpu_seconds() - cpu_before);
         if (o.top_k > 0 && r.top_k.size() != std::size_t(stack.width) * stack.height * o.top_k)
           throw Error("engine '" + engine_name + "' returned " + std::to_string(r.top_k.size()) +
                       " top-k entries, expected " + std::to_string(o.top_k) + " per origin");
@@ -398,6 +420,7 @@ void run_bench(const BenchOptions& o) {
       if (o.top_k > 0) record["engine_seconds_median"] = median(engine_seconds);
       record["wall_seconds_median"] = median(wall_seconds);  // host clock around search(): setup included
       stages.write(record);
+      record["cpu_seconds_median"] = median(cpu_seconds);
       record["digest"] = nlohmann::json::parse(to_json(digest));
       record["deterministic"] = deterministic;
 

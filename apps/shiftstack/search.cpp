@@ -2,6 +2,7 @@
 // pipeline (src/io) behind a thin command line.
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include "shiftstack/io/results.hpp"
 #include "shiftstack/run.hpp"
 #include "shiftstack/io/wcs.hpp"
+#include "shiftstack/limits.hpp"
 #include "shiftstack/pipeline.hpp"
 #include "shiftstack/synth.hpp"
 
@@ -39,6 +41,7 @@ struct SearchArgs {
   std::string encoding;
   std::string gpus;  // non-empty: the config key gpus
   std::vector<std::string> overrides;
+  std::string memory_budget;
   bool json = false, quiet = false, no_fits = false, no_stamps = false, unclustered = false;
 };
 
@@ -115,6 +118,11 @@ class StageMeter {
 
 void run_search_command(const SearchArgs& a) {
   const auto start = std::chrono::steady_clock::now();
+  // The budget every up-front check uses (limits.hpp reads it from the environment).
+  if (!a.memory_budget.empty()) {
+    parse_byte_size(a.memory_budget, "--memory-budget");
+    ::setenv("SHIFTSTACK_MEMORY_BUDGET", a.memory_budget.c_str(), 1);
+  }
   // Layers, later ones winning: defaults, a WorkUnit's embedded configuration, --config, --set.
   std::vector<std::string> overrides = a.overrides;
   if (!a.gpus.empty()) overrides.push_back("gpus=" + a.gpus);
@@ -128,7 +136,6 @@ void run_search_command(const SearchArgs& a) {
     for (const auto& w : early_warnings) std::fprintf(stderr, "shiftstack: warning: %s\n", w.c_str());
   }
   io::RunOptions options;
-  options.inputs = a.inputs;
   options.engine = a.engine;
   if (!a.encoding.empty()) options.encoding = parse_encoding(a.encoding);
   Progress line;
@@ -148,17 +155,20 @@ void run_search_command(const SearchArgs& a) {
   if (a.no_fits) paths.fits.clear();
   if (a.no_stamps) paths.stamps.clear();
   if (a.unclustered) paths.unclustered = paths.base + ".unclustered.ecsv";
-  // Fail before hours of work if the results cannot be written.
-  for (const std::string* p : {&paths.ecsv, &paths.fits, &paths.stamps, &paths.summary, &paths.unclustered}) {
-    if (p->empty()) continue;
-    const auto parent = std::filesystem::path(*p).parent_path();
-    std::error_code ec;
-    if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
-      throw Error(*p + ": the output folder " + parent.string() + " does not exist");
-  }
+  // Fail before hours of work if the results cannot be written, or would replace an input:
+  // every output against every input file, the config and the @list files.
+  std::vector<std::string> notes;
+  options.inputs = io::expand_inputs(a.inputs, &notes);
+  std::vector<std::string> protected_files = options.inputs;
+  if (!a.config_path.empty()) protected_files.push_back(a.config_path);
+  for (const auto& input : a.inputs)
+    if (!input.empty() && input[0] == '@') protected_files.push_back(input.substr(1));
+  const std::vector<std::string> prepared = io::prepare_outputs(paths, protected_files);
+  notes.insert(notes.end(), prepared.begin(), prepared.end());
 
   io::RunOutput run = io::run_search(config, options);
   run.warnings.insert(run.warnings.begin(), early_warnings.begin(), early_warnings.end());
+  run.warnings.insert(run.warnings.end(), notes.begin(), notes.end());  // printed at the end, kept in the summary
   io::write_outputs(run, config, paths, options.progress);
   meter.finish();
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -170,7 +180,7 @@ void run_search_command(const SearchArgs& a) {
   if (a.json) {
     nlohmann::json summary = io::run_summary(run, config, paths);
     summary["wall_seconds"] = total;
-    std::cout << summary.dump(2) << std::endl;
+    std::cout << io::summary_text(summary);
   }
 }
 
@@ -284,6 +294,9 @@ void add_search_commands(CLI::App& app) {
   // One value per --set, so that inputs after it are not taken as more overrides.
   search->add_option("--set", args->overrides, "override a config key: --set lh_level=8 --set generator_config.vx_steps=33")
       ->allow_extra_args(false);
+  search->add_option("--memory-budget", args->memory_budget,
+                     "memory the run may plan to use, e.g. 16G (default: SHIFTSTACK_MEMORY_BUDGET, else half the "
+                     "machine's memory); larger searches or images are refused up front");
   search->add_flag("--json", args->json, "print the run summary as JSON on stdout");
   search->add_flag("--quiet,-q", args->quiet, "no progress on stderr");
   search->add_flag("--no-fits", args->no_fits, "do not write the FITS results table");

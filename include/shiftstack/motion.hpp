@@ -43,8 +43,14 @@ struct MotionBank {
   double shift_y(std::size_t v, int e) const { return velocity(v).vy * dt(e) + curve_at_y(e); }
 };
 
-// Integer mode rounding, KBMOD's convention: round(s) = floor(s + 0.5).
-inline int round_shift(double s) { return int(std::floor(s + 0.5)); }
+// Integer mode rounding, KBMOD's convention: round(s) = floor(s + 0.5). Saturates at
+// +-2^30 (NaN gives +2^30) instead of overflowing the int; search() refuses banks whose
+// shifts come anywhere near that (SearchLimits::max_shift_pixels).
+inline int round_shift(double s) {
+  constexpr double limit = double(1 << 30);
+  const double r = std::floor(s + 0.5);
+  return r < limit ? (r > -limit ? int(r) : -(1 << 30)) : (1 << 30);
+}
 
 // t_ref = middle of the epoch span.
 double mid_span(const std::vector<double>& epochs);

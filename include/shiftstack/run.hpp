@@ -106,9 +106,20 @@ struct OutputPaths {
   static OutputPaths from(const std::string& output);
 };
 
-// Writes every requested file (atomically) and appends a "write" stage to run.stages.
+// Writes every requested file and appends a "write" stage to run.stages. The files are one set,
+// committed all or nothing (docs/reliability.md): a crash at any point leaves the previous set
+// or the new one under the final names, never a mix.
 void write_outputs(RunOutput& run, const SearchConfig& config, const OutputPaths& paths,
                    const std::function<void(const StageTime&)>& progress = {});
+
+// Error when an output would replace one of `inputs` (same file, links followed).
+void check_outputs_against_inputs(const OutputPaths& paths, const std::vector<std::string>& inputs);
+// The checks a run makes before any work: no output replaces an input, the output folder exists
+// and is writable, no other run writes the same set (its lock is then held until the process
+// ends); removes what interrupted runs left. Returns notes for the user.
+std::vector<std::string> prepare_outputs(const OutputPaths& paths, const std::vector<std::string>& inputs);
+// The summary as text; invalid UTF-8 shown as U+FFFD, with a note added to `warnings`.
+std::string summary_text(const nlohmann::json& summary, std::vector<std::string>* warnings = nullptr);
 
 // The run summary: inputs, effective config, engine, per-stage times, digest, counts, outputs.
 nlohmann::json run_summary(const RunOutput& run, const SearchConfig& config, const OutputPaths& paths);

@@ -10,6 +10,7 @@
 
 #include "shiftstack/digest.hpp"
 #include "shiftstack/encoding.hpp"
+#include "shiftstack/limits.hpp"
 #include "shiftstack/motion.hpp"
 
 namespace shiftstack {
@@ -41,6 +42,7 @@ struct OutputPolicy {
   // Trials the Bonferroni threshold counts; 0 = this search's (region x bank). One part of a
   // split search passes the whole search's count, so every part tests against the same z_thr.
   double bonferroni_trials = 0;
+  SearchLimits limits;            // trial count, shift range and memory, checked by search()
 };
 
 struct Candidate {

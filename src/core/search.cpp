@@ -1,5 +1,4 @@
 #include <chrono>
-#include <unistd.h>
 
 #include "core/engine_registry.hpp"
 #include "shiftstack/error.hpp"
@@ -114,12 +113,9 @@ SearchResult search(Engine& engine, const EncodedStack& stack, const MotionBank&
   require(policy.bonferroni_trials >= 0, "bonferroni_trials must be >= 0 (0: the search's own trials)");
   SearchInput input{&stack, &bank, resolve(region, stack.width, stack.height), policy};
 
-  // Outputs that scale with origins x k must fit in memory: say so before allocating.
-  const double topk_bytes = double(input.region.count()) * policy.top_k * sizeof(Candidate);
-  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  require(topk_bytes < 0.5 * memory,
-          "top-k output of " + std::to_string(policy.top_k) + " per origin needs " +
-              std::to_string(topk_bytes / 1e9) + " GB, more than half this machine's memory");
+  // Trial count, shift range and planned memory before any engine allocates (limits.hpp).
+  check_search_limits(bank, input.region.width, input.region.height, input.region.count(), stack.bytes_per_pair(),
+                      policy.top_k, policy.limits);
 
   const std::string reason = engine.unsupported_reason(input);
   require(reason.empty(), "engine '" + engine.name() + "' cannot compute this search: " + reason);

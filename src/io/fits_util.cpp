@@ -1,9 +1,11 @@
 #include "io/fits_util.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -11,8 +13,25 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <system_error>
+
+#include "io/fits_guard.hpp"
 
 namespace shiftstack::io::detail {
+
+std::string printable_text(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += char(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
 
 std::string fits_status_text(int status) {
   char text[FLEN_STATUS] = {0};
@@ -32,15 +51,23 @@ std::string fits_status_text(int status) {
   return out;
 }
 
+FitsFile::FitsFile(fitsfile* f, std::string path) : file_(f), path_(std::move(path)) {}
+
 FitsFile FitsFile::open_read(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw Error(path + ": no such file");
   if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, not a FITS file");
+  std::unique_ptr<MemoryImage> memory = guard_fits_file(path, default_guard_limits());
   fitsfile* f = nullptr;
   int status = 0;
-  // fits_open_diskfile takes the name literally (no extended-filename syntax such as [1] or
-  // compression suffix handling), so odd characters in a path are safe.
-  fits_open_diskfile(&f, path.c_str(), READONLY, &status);
+  if (memory) {
+    // The inflated bytes the guard checked; cfitsio keeps the addresses of pointer and size.
+    fits_open_memfile(&f, path.c_str(), READONLY, &memory->pointer, &memory->size, 0, nullptr, &status);
+  } else {
+    // fits_open_diskfile takes the name literally (no extended-filename syntax such as [1] or
+    // compression suffix handling), so odd characters in a path are safe.
+    fits_open_diskfile(&f, path.c_str(), READONLY, &status);
+  }
   if (status) {
     const std::string why = fits_status_text(status);
     if (f) {
@@ -49,7 +76,9 @@ FitsFile FitsFile::open_read(const std::string& path) {
     }
     throw Error(path + ": cannot open as FITS: " + why);
   }
-  return FitsFile(f, path);
+  FitsFile file(f, path);
+  file.memory_ = std::move(memory);
+  return file;
 }
 
 FitsFile FitsFile::create(const std::string& path) {
@@ -177,8 +206,18 @@ std::optional<double> Header::number(const std::string& key) const {
   const double value = std::strtod(text.c_str(), &end);
   while (end && *end == ' ') ++end;
   if (text.empty() || !end || *end != 0)
-    throw Error("keyword " + key + " = '" + *v + "' is not a number");
+    throw Error("keyword " + key + " = '" + printable_text(*v) + "' is not a number");
   return value;
+}
+
+std::optional<long long> Header::integer(const std::string& key, long long lo, long long hi) const {
+  const auto value = number(key);
+  if (!value) return std::nullopt;
+  // Compared as doubles before any conversion: converting NaN or 1e20 to an integer is undefined.
+  if (!(*value >= double(lo) && *value <= double(hi)) || *value != std::floor(*value))
+    throw Error("keyword " + key + " = " + printable_text(*find(key)) + " is not an integer in " + std::to_string(lo) +
+                ".." + std::to_string(hi));
+  return static_cast<long long>(*value);
 }
 
 std::optional<std::string> Header::text(const std::string& key) const {
@@ -211,18 +250,29 @@ ImageShape image_shape(const FitsFile& file) {
 
 namespace {
 
-// IRAF constant arrays: no data, the value in PIXVALUE and the size in NPIX1/NPIX2.
-bool constant_array(const Header& header, long& width, long& height, double& value) {
-  const auto n1 = header.number("NPIX1"), n2 = header.number("NPIX2"), v = header.number("PIXVALUE");
-  if (!n1 || !n2 || !v) return false;
-  width = long(*n1);
-  height = long(*n2);
-  value = *v;
-  return width > 0 && height > 0;
+constexpr long max_side = 1 << 20;  // far beyond any detector; guards size arithmetic
+
+// IRAF constant arrays: no data, the value in PIXVALUE and the size in NPIX1/NPIX2. Nothing in
+// the file bounds the size, so the memory budget does (8 bytes per pixel: the widest reading).
+bool constant_array(const FitsFile& file, const Header& header, const std::string& what, long& width, long& height,
+                    double& value) {
+  if (!header.find("NPIX1") || !header.find("NPIX2") || !header.find("PIXVALUE")) return false;
+  try {
+    width = long(*header.integer("NPIX1", 1, max_side));
+    height = long(*header.integer("NPIX2", 1, max_side));
+    value = *header.number("PIXVALUE");
+  } catch (const Error& e) {
+    throw Error(file.path() + ": " + what + " (IRAF constant array): " + e.what());
+  }
+  const double bytes = double(width) * double(height) * 8;
+  const double budget = double(default_guard_limits().max_image_bytes);
+  if (bytes > budget)
+    throw Error(file.path() + ": " + what + " (IRAF constant array) declares " + std::to_string(width) + " x " +
+                std::to_string(height) + " pixels (NPIX1, NPIX2), more than the memory budget allows");
+  return true;
 }
 
 void check_dimensions(const FitsFile& file, const std::string& what, long width, long height) {
-  constexpr long max_side = 1 << 20;  // far beyond any detector; guards size arithmetic
   if (width <= 0 || height <= 0 || width > max_side || height > max_side)
     throw Error(file.path() + ": " + what + " has no usable 2-D image (size " +
                 std::to_string(width) + " x " + std::to_string(height) + ")");
@@ -242,8 +292,11 @@ Image<float> read_float_image(const FitsFile& file, const Header& header, const 
   if (shape.naxis == 0) {
     long w = 0, h = 0;
     double value = 0;
-    if (constant_array(header, w, h, value)) {
+    if (constant_array(file, header, what, w, h, value)) {
       check_dimensions(file, what, w, h);
+      if (!(std::abs(value) <= double(std::numeric_limits<float>::max())))
+        throw Error(file.path() + ": " + what + " (IRAF constant array): PIXVALUE = " + std::to_string(value) +
+                    " is not a finite single-precision value");
       return Image<float>(int(w), int(h), float(value));
     }
     throw Error(file.path() + ": " + what + " (HDU " + std::to_string(file.current_hdu() - 1) +
@@ -265,9 +318,14 @@ void read_integer_image(const FitsFile& file, const Header& header, const std::s
   const ImageShape shape = image_shape(file);
   if (shape.naxis == 0) {
     double value = 0;
-    if (constant_array(header, width, height, value)) {
+    if (constant_array(file, header, what, width, height, value)) {
       check_dimensions(file, what, width, height);
-      values.assign(std::size_t(width) * height, (long long)(value));
+      // An integer plane's value must be an integer: 1e300, NaN or 2.5 have no 64-bit code.
+      constexpr double two63 = 9223372036854775808.0;
+      if (!(value >= -two63 && value < two63) || value != std::floor(value))
+        throw Error(file.path() + ": " + what + " (IRAF constant array): PIXVALUE = " +
+                    printable_text(*header.find("PIXVALUE")) + " is not a 64-bit integer code");
+      values.assign(std::size_t(width) * height, static_cast<long long>(value));
       return;
     }
     throw Error(file.path() + ": " + what + " (HDU " + std::to_string(file.current_hdu() - 1) +
@@ -311,26 +369,49 @@ std::string temporary_sibling(const std::string& path) {
   return (p.parent_path() / name).string();
 }
 
+std::string system_error_text(int code) { return std::generic_category().message(code); }
+
+void sync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open to flush it to disk: " + system_error_text(errno));
+  const int rc = ::fsync(fd);
+  const int code = errno;
+  ::close(fd);
+  // Some file systems cannot flush a folder (EINVAL): the rename is then as durable as they allow.
+  if (rc != 0 && code != EINVAL && code != EROFS) throw Error(path + ": flushing to disk failed: " + system_error_text(code));
+}
+
 void commit_file(const std::string& temporary, const std::string& path) {
   std::error_code ec;
+  try {
+    sync_path(temporary);
+  } catch (...) {
+    std::filesystem::remove(temporary, ec);
+    throw;
+  }
   std::filesystem::rename(temporary, path, ec);
   if (ec) {
+    // Keep the rename's error: the clean-up below would overwrite it.
+    const std::string why = ec.message();
     std::filesystem::remove(temporary, ec);
-    throw Error(path + ": cannot move the finished file into place: " + ec.message());
+    throw Error(path + ": cannot move the finished file into place: " + why);
   }
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  sync_path(folder.empty() ? std::string(".") : folder);
 }
 
 void write_text_atomic(const std::string& path, const std::string& content) {
   const std::string temporary = temporary_sibling(path);
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(path + ": cannot write (temporary " + temporary + ")");
+    if (!out) throw Error(path + ": cannot write (temporary " + temporary + "): " + system_error_text(errno));
     out.write(content.data(), std::streamsize(content.size()));
     out.flush();
     if (!out) {
+      const int code = errno;
       std::error_code ec;
       std::filesystem::remove(temporary, ec);
-      throw Error(path + ": write failed (disk full?)");
+      throw Error(path + ": write failed: " + system_error_text(code));
     }
   }
   commit_file(temporary, path);

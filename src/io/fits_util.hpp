@@ -4,25 +4,35 @@
 #include <fitsio.h>
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "io/atomic_file.hpp"
+#include "io/fits_guard.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/image.hpp"
 
 namespace shiftstack::io::detail {
+
+// `s` with bytes outside printable ASCII written as \xNN: header text from a corrupt file may be
+// any bytes, and error messages (and the JSON they end up in) must stay valid text.
+std::string printable_text(const std::string& s);
 
 // cfitsio's text for a status, with the messages it left on its error stack.
 std::string fits_status_text(int status);
 
 class FitsFile {
  public:
+  // Checks the file's structure first (fits_guard.hpp): corrupt files are refused with an Error
+  // before cfitsio parses them; gzip-compressed files are inflated there and read from memory.
   static FitsFile open_read(const std::string& path);
   // Creates (replacing) a file at `path`.
   static FitsFile create(const std::string& path);
-  FitsFile(FitsFile&& other) noexcept : file_(std::exchange(other.file_, nullptr)), path_(std::move(other.path_)) {}
+  FitsFile(FitsFile&& other) noexcept
+      : file_(std::exchange(other.file_, nullptr)), path_(std::move(other.path_)), memory_(std::move(other.memory_)) {}
   FitsFile& operator=(FitsFile&&) = delete;
   FitsFile(const FitsFile&) = delete;
   ~FitsFile();
@@ -39,9 +49,10 @@ class FitsFile {
   int current_hdu() const;
 
  private:
-  FitsFile(fitsfile* f, std::string path) : file_(f), path_(std::move(path)) {}
+  FitsFile(fitsfile* f, std::string path);
   fitsfile* file_ = nullptr;
   std::string path_;
+  std::unique_ptr<MemoryImage> memory_;  // the bytes cfitsio reads, for an inflated file
 };
 
 // The keywords of one header, in order, values as written (strings unquoted).
@@ -54,6 +65,8 @@ struct Header {
   static Header read(const FitsFile& file);  // the current HDU's header
   const std::string* find(const std::string& key) const;
   std::optional<double> number(const std::string& key) const;  // Error if present but not numeric
+  // An integral number in [lo, hi]; Error naming the keyword when it is not (NaN, 1e20, 2.5).
+  std::optional<long long> integer(const std::string& key, long long lo, long long hi) const;
   std::optional<std::string> text(const std::string& key) const;
 };
 
@@ -92,10 +105,5 @@ void read_integer_image(const FitsFile& file, const Header& header, const std::s
 
 // Writes a 2-D float image HDU (a new HDU appended).
 void write_float_image(FitsFile& file, const Image<float>& image, const std::string& extname);
-
-// Atomic replacement: write to a temporary sibling, then rename over the target.
-std::string temporary_sibling(const std::string& path);
-void commit_file(const std::string& temporary, const std::string& path);
-void write_text_atomic(const std::string& path, const std::string& content);
 
 }  // namespace shiftstack::io::detail

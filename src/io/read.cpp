@@ -1,10 +1,14 @@
 // Exposures from FITS files: layout detection, planes, masks, epochs, PSFs and WCS.
+#include <fcntl.h>
 #include <glob.h>
 #include <omp.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -41,7 +45,64 @@ bool has_fits_suffix(const std::string& name) {
   return false;
 }
 
-void expand_one(const std::string& input, std::vector<std::string>& out, int depth) {
+// What a path that is not a folder is, when it is not a plain file ("" for a plain file).
+std::string special_kind(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return "";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "not a plain file";
+}
+
+void refuse_special(const std::string& path) {
+  const std::string kind = special_kind(path);
+  if (!kind.empty()) throw Error(path + ": is " + kind + ", not a FITS file; inputs must be plain files");
+}
+
+// The kind of shiftstack output a FITS file is (its primary header's SSOUTPUT), or "".
+std::string output_kind(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";
+  char block[2880];
+  const ssize_t n = ::pread(fd, block, sizeof block, 0);
+  ::close(fd);
+  if (n != ssize_t(sizeof block) || std::strncmp(block, "SIMPLE  =", 9) != 0) return "";
+  for (std::size_t card = 0; card < sizeof block / 80; ++card) {
+    const char* c = block + card * 80;
+    if (std::strncmp(c, "END     ", 8) == 0) break;
+    if (std::strncmp(c, "SSOUTPUT= '", 11) == 0) {
+      std::string kind(c + 11, 69);
+      kind = kind.substr(0, kind.find('\''));
+      while (!kind.empty() && kind.back() == ' ') kind.pop_back();
+      return kind.empty() ? "output" : kind;
+    }
+  }
+  return "";
+}
+
+struct Listing {
+  std::vector<std::string> files;
+  std::vector<std::string> skipped_outputs;
+};
+
+// Files found by a folder listing or a pattern: the tool's own outputs are left out (a rerun
+// into the input folder must not read its results as exposures), special files refused.
+void add_found(std::vector<std::string> found, Listing& out) {
+  std::sort(found.begin(), found.end());
+  for (auto& path : found) {
+    refuse_special(path);
+    if (!output_kind(path).empty()) {
+      out.skipped_outputs.push_back(path);
+      continue;
+    }
+    out.files.push_back(std::move(path));
+  }
+}
+
+void expand_one(const std::string& input, Listing& listing, int depth) {
+  std::vector<std::string>& out = listing.files;
   namespace fs = std::filesystem;
   if (input.empty()) throw Error("empty input path");
   if (input[0] == '@') {
@@ -58,24 +119,31 @@ void expand_one(const std::string& input, std::vector<std::string>& out, int dep
       line = line.substr(start);
       // Relative entries are relative to the list file's folder.
       const fs::path p(line);
-      expand_one(p.is_absolute() || line[0] == '@' ? line : (base / p).string(), out, depth + 1);
+      expand_one(p.is_absolute() || line[0] == '@' ? line : (base / p).string(), listing, depth + 1);
     }
     return;
   }
   std::error_code ec;
   if (fs::is_directory(input, ec)) {
     std::vector<std::string> found;
-    for (const auto& entry : fs::directory_iterator(input, ec))
-      if (entry.is_regular_file() && has_fits_suffix(entry.path().filename().string()))
+    for (const auto& entry : fs::directory_iterator(input, ec)) {
+      const std::string name = entry.path().filename().string();
+      // Hidden entries are never exposures (and hold the tool's own result sets).
+      if (!name.empty() && name[0] != '.' && has_fits_suffix(name) && !entry.is_directory())
         found.push_back(entry.path().string());
+    }
     if (ec) throw Error(input + ": cannot list the directory: " + ec.message());
-    if (found.empty())
-      throw Error(input + ": directory has no FITS files (*.fits, *.fit, *.fts, *.fz, *.fits.gz)");
-    std::sort(found.begin(), found.end());
-    out.insert(out.end(), found.begin(), found.end());
+    const std::size_t before = out.size();
+    add_found(std::move(found), listing);
+    if (out.size() == before)
+      throw Error(input + ": directory has no FITS files (*.fits, *.fit, *.fts, *.fz, *.fits.gz)" +
+                  (listing.skipped_outputs.empty() ? std::string() : std::string(" other than shiftstack outputs")));
     return;
   }
   if (fs::exists(input, ec)) {
+    refuse_special(input);
+    if (const std::string kind = output_kind(input); !kind.empty())
+      throw Error(input + ": is a shiftstack output (" + kind + "), not an exposure");
     out.push_back(input);
     return;
   }
@@ -85,11 +153,11 @@ void expand_one(const std::string& input, std::vector<std::string>& out, int dep
     std::vector<std::string> found;
     if (status == 0)
       for (std::size_t i = 0; i < matches.gl_pathc; ++i)
-        if (fs::is_regular_file(matches.gl_pathv[i], ec)) found.push_back(matches.gl_pathv[i]);
+        if (!fs::is_directory(matches.gl_pathv[i], ec)) found.push_back(matches.gl_pathv[i]);
     globfree(&matches);
-    if (found.empty()) throw Error(input + ": pattern matches no files");
-    std::sort(found.begin(), found.end());
-    out.insert(out.end(), found.begin(), found.end());
+    const std::size_t before = out.size();
+    add_found(std::move(found), listing);
+    if (out.size() == before) throw Error(input + ": pattern matches no files");
     return;
   }
   throw Error(input + ": no such file or directory");
@@ -97,10 +165,14 @@ void expand_one(const std::string& input, std::vector<std::string>& out, int dep
 
 }  // namespace
 
-std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, std::vector<std::string>* notes) {
   if (inputs.empty()) throw Error("no input files given");
-  std::vector<std::string> all;
-  for (const auto& input : inputs) expand_one(input, all, 0);
+  Listing listing;
+  for (const auto& input : inputs) expand_one(input, listing, 0);
+  if (notes && !listing.skipped_outputs.empty())
+    notes->push_back("left out " + std::to_string(listing.skipped_outputs.size()) +
+                     " shiftstack output file(s) found among the inputs (e.g. " + listing.skipped_outputs.front() + ")");
+  std::vector<std::string>& all = listing.files;
   std::vector<std::string> unique;
   std::set<std::string> seen;
   for (const auto& path : all) {
@@ -172,6 +244,12 @@ std::uint64_t rejected_bits(const Header& mask_header, const Header& primary, co
 
 Image<float> read_psf(const FitsFile& file, const Header& header, const std::string& what) {
   Image<float> psf = detail::read_float_image(file, header, what);
+  // The likelihood correlates every pixel with the kernel: a kernel the size of the image would
+  // make that a run of hours. Real PSFs are tens of pixels across.
+  constexpr int max_psf_side = 255;
+  if (psf.width > max_psf_side || psf.height > max_psf_side)
+    throw Error(file.path() + ": " + what + " is " + std::to_string(psf.width) + "x" + std::to_string(psf.height) +
+                "; a PSF kernel may be at most " + std::to_string(max_psf_side) + " pixels on a side");
   if (psf.width % 2 == 0 || psf.height % 2 == 0)
     throw Error(file.path() + ": " + what + " is " + std::to_string(psf.width) + "x" +
                 std::to_string(psf.height) + "; a PSF kernel must have odd sides (centred on its middle pixel)");

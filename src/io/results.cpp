@@ -272,12 +272,19 @@ void write_table_hdu(FitsFile& f, const ResultTable& table, const std::string& e
   }
 }
 
+// `kind` goes into the primary header as SSOUTPUT: the reader's input listing recognises the
+// tool's own outputs by it and never takes them for exposures.
 template <typename Body>
-void write_fits_atomically(const std::string& path, Body body) {
+void write_fits_atomically(const std::string& path, const char* kind, Body body) {
   const std::string temporary = detail::temporary_sibling(path);
   try {
     FitsFile f = FitsFile::create(temporary);
     body(f);
+    int status = 0, type = 0;
+    fits_movabs_hdu(f.get(), 1, &type, &status);
+    std::string value = kind;
+    fits_update_key_str(f.get(), "SSOUTPUT", value.data(), "a shiftstack output, never read as an exposure", &status);
+    f.check(status, "marking the file as a shiftstack output");
     f.close();
   } catch (...) {
     std::error_code ec;
@@ -297,7 +304,7 @@ void empty_primary(FitsFile& f) {
 
 void write_fits_table(const ResultTable& table, const std::string& path, const std::string& extname) {
   table.check();
-  write_fits_atomically(path, [&](FitsFile& f) {
+  write_fits_atomically(path, "results", [&](FitsFile& f) {
     empty_primary(f);
     write_table_hdu(f, table, extname);
     if (table.meta.is_object()) write_meta_keywords(f, table.meta);
@@ -307,7 +314,7 @@ void write_fits_table(const ResultTable& table, const std::string& path, const s
 void write_stamps_fits(const std::string& path, const std::vector<StampSet>& sets, const ResultTable& table,
                        const nlohmann::json& meta) {
   table.check();
-  write_fits_atomically(path, [&](FitsFile& f) {
+  write_fits_atomically(path, "stamps", [&](FitsFile& f) {
     empty_primary(f);
     if (meta.is_object()) write_meta_keywords(f, meta);
     for (const auto& set : sets) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 
 #include "io/fits_util.hpp"
 #include "io/read_internal.hpp"
@@ -98,7 +99,9 @@ double utc_to_tai(double mjd_utc) { return mjd_utc + tai_minus_utc(mjd_utc) / se
 
 namespace detail {
 
-EpochReading read_epoch(const Header& hdu, const Header& primary, const std::string& keyword,
+namespace {
+
+EpochReading find_epoch(const Header& hdu, const Header& primary, const std::string& keyword,
                         const std::string& label) {
   const Header* headers[2] = {&hdu, &primary};
   auto timesys_of = [&](const Header& h) {
@@ -177,6 +180,24 @@ EpochReading read_epoch(const Header& hdu, const Header& primary, const std::str
     }
   throw Error(label + ": no observation time in the header (looked for DATE-AVG, MJD-AVG, MJD-OBS, "
                       "MJD, DATE-OBS); name one with the config key epoch_keyword");
+}
+
+}  // namespace
+
+EpochReading read_epoch(const Header& hdu, const Header& primary, const std::string& keyword,
+                        const std::string& label) {
+  EpochReading epoch = find_epoch(hdu, primary, keyword, label);
+  // A NaN or absurd epoch (1e300, an EXPTIME of inf) would sort and shift nonsensically. Every
+  // real observation lies within 1e7 days of MJD 0, as an MJD or as a Julian date (a keyword
+  // named in the config, such as JD-OBS, is taken as given: only differences matter).
+  constexpr double plausible_days = 1e7;
+  if (!(std::abs(epoch.mjd) <= plausible_days)) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.17g", epoch.mjd);
+    throw Error(label + ": the epoch from " + epoch.keyword + " is " + text +
+                " days, not a plausible date (within 1e7 days of MJD 0)");
+  }
+  return epoch;
 }
 
 }  // namespace detail

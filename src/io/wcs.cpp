@@ -28,6 +28,38 @@ struct Wcs::State {
   ~State() { wcsfree(&wcs); }
 };
 
+namespace {
+
+// Whether the matrix wcsset() will invert (CDi_j when given alone, else PCi_j with non-zero
+// CDELTi) is regular: Gaussian elimination with partial pivoting, in double.
+bool invertible_linear_part(const wcsprm& w) {
+  const int n = w.naxis;
+  if (n <= 0) return true;
+  const bool cd_only = (w.altlin & 2) && !(w.altlin & 1);
+  const double* source = cd_only ? w.cd : w.pc;
+  if (!source) return true;
+  if (!cd_only && !(w.altlin & 4))
+    for (int i = 0; i < n; ++i)
+      if (!(std::isfinite(w.cdelt[i]) && w.cdelt[i] != 0)) return false;
+  if (!cd_only && (w.altlin & 4) && !(w.altlin & 1)) return true;  // CROTAi: a rotation
+  std::vector<double> m(source, source + std::size_t(n) * n);
+  for (int col = 0; col < n; ++col) {
+    int pivot = col;
+    for (int row = col + 1; row < n; ++row)
+      if (std::abs(m[std::size_t(row * n + col)]) > std::abs(m[std::size_t(pivot * n + col)])) pivot = row;
+    const double p = m[std::size_t(pivot * n + col)];
+    if (!std::isfinite(p) || p == 0) return false;
+    for (int k = 0; k < n; ++k) std::swap(m[std::size_t(col * n + k)], m[std::size_t(pivot * n + k)]);
+    for (int row = col + 1; row < n; ++row) {
+      const double f = m[std::size_t(row * n + col)] / p;
+      for (int k = col; k < n; ++k) m[std::size_t(row * n + k)] -= f * m[std::size_t(col * n + k)];
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 std::optional<Wcs> Wcs::from_header(const std::string& cards, const std::string& label) {
   // Files are read in parallel; wcslib's header parser is not documented as re-entrant.
   static std::mutex parse_lock;
@@ -63,6 +95,14 @@ std::optional<Wcs> Wcs::from_header(const std::string& cards, const std::string&
     // Translate non-standard but common forms (e.g. DATE-OBS formats, CDELT with CD) first.
     int fix_status[NWCSFIX];
     wcsfix(7, nullptr, &state->wcs, fix_status);
+    // wcsfix reports what it could not fix in wcs.err, and a later report replaces the struct
+    // without freeing its message: clear it (nothing here reads it) before wcsset fills it anew.
+    wcserr_clear(&state->wcs.err);
+    // wcslib 7.12's linset() leaks its matrices when it finds them singular: refuse those first.
+    if (!invertible_linear_part(state->wcs)) {
+      failure = label + ": wcslib rejects the WCS: its linear transformation (PCi_j/CDi_j, CDELTi) is singular";
+      break;
+    }
     wcserr_enable(1);
     const int set_status = wcsset(&state->wcs);
     if (set_status != 0) {

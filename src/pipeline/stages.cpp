@@ -9,6 +9,7 @@
 
 #include "shiftstack/encoding.hpp"
 #include "shiftstack/error.hpp"
+#include "shiftstack/limits.hpp"
 #include "shiftstack/multi_device.hpp"
 
 namespace shiftstack::io {
@@ -106,10 +107,22 @@ BankStage build_bank(const SearchConfig& config, const LoadedStack& loaded) {
     }
   fill_velocities(config.generator, bank, ecliptic);
   validate(bank, E);
+  // The search's size, refused or announced before the likelihood is computed; search() checks
+  // again with the exact encoding and region (this uses the smallest pair, so it never refuses
+  // what search() would accept).
+  const int region_w = config.x_bounds ? std::max(1, (*config.x_bounds)[1] - (*config.x_bounds)[0]) : W;
+  const int region_h = config.y_bounds ? std::max(1, (*config.y_bounds)[1] - (*config.y_bounds)[0]) : H;
+  std::vector<std::string> labels;
+  for (const auto& x : stack.exposures) labels.push_back(x.label);
+  const SearchEstimate estimate =
+      check_search_limits(bank, region_w, region_h, std::int64_t(region_w) * region_h, 2, 0, {}, labels);
   std::ostringstream d;
   d << bank.size() << " velocities (" << config.generator.name << "), t_ref MJD " << std::fixed;
   d.precision(5);
   d << bank.t_ref << " (" << when << ")" << (has_curve ? ", common curve from headers" : "");
+  d.unsetf(std::ios::floatfield);
+  d.precision(3);
+  d << "; " << estimate.trials << " trials, " << estimate.paired_samples << " paired samples";
   out.detail = d.str();
   return out;
 }

@@ -106,8 +106,11 @@ struct LoadedStack {
 
 // Input paths: files as given, directories (their *.fits, *.fit, *.fits.fz, *.fz, *.fits.gz
 // files), glob patterns, and @list files with one path per line. Sorted within each directory
-// or glob, duplicates removed. Error when a path does not exist or nothing matches.
-std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
+// or glob, duplicates removed. Error when a path does not exist or nothing matches, or names a
+// FIFO, device or socket. The tool's own FITS outputs (SSOUTPUT in the primary header) found in
+// folders or patterns are left out (with a note in `notes`); named explicitly, they are an Error.
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs,
+                                       std::vector<std::string>* notes = nullptr);
 
 // Reads every exposure of every file (files in parallel), validates, sorts by epoch.
 LoadedStack read_exposures(const std::vector<std::string>& files, const ReadOptions& options);
