@@ -221,6 +221,10 @@ TEST(ReliabilityRead, OneBadEpochAmongTheFilesIsNamedBeforeTheLikelihood) {
   write_exposure_fits(files[1], odd);
   SearchConfig config = testing_support::kit_search_config(kit);
   config.cpu_only = true;
+  // KBMOD's usual range: +-20 px/day moves ~5e4 px over the 2768 days from t_ref to the odd
+  // epoch (the kit's own velocities, a few px over its span, would keep the search small).
+  config.generator.min_vx = config.generator.min_vy = -20;
+  config.generator.max_vx = config.generator.max_vy = 20;
   RunOptions options;
   options.inputs = files;
   ::setenv("SHIFTSTACK_MEMORY_BUDGET", "256M", 1);

@@ -115,8 +115,27 @@ SearchEstimate check_search_limits(const MotionBank& bank, int width, int height
     std::snprintf(text, sizeof text, " at epoch %.6f is %.6g days from t_ref %.6f; velocity (%.6g, %.6g) px/day",
                   bank.epochs[std::size_t(worst_e)], bank.dt(worst_e), bank.t_ref, worst_v.vx, worst_v.vy);
     const bool labelled = exposure_labels.size() == std::size_t(E);
-    return "exposure " + std::to_string(worst_e) +
-           (labelled ? " (" + exposure_labels[std::size_t(worst_e)] + ")" : std::string()) + text;
+    auto name = [&](int e) {
+      return "exposure " + std::to_string(e) + (labelled ? " (" + exposure_labels[std::size_t(e)] + ")" : std::string());
+    };
+    std::string out = name(worst_e) + text;
+    // With t_ref at mid-span a lone bad epoch and the first one are equally far from t_ref: name
+    // the epoch farthest from the others' median as well, since that is the one to check.
+    std::vector<double> sorted(bank.epochs.begin(), bank.epochs.end());
+    if (sorted.size() >= 3) {
+      std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(sorted.size() / 2), sorted.end());
+      const double median = sorted[sorted.size() / 2];
+      int outlier = 0;
+      for (int e = 1; e < E; ++e)
+        if (std::abs(bank.epochs[std::size_t(e)] - median) > std::abs(bank.epochs[std::size_t(outlier)] - median))
+          outlier = e;
+      if (outlier != worst_e) {
+        std::snprintf(text, sizeof text, " at epoch %.6f, %.6g days from the median epoch %.6f",
+                      bank.epochs[std::size_t(outlier)], bank.epochs[std::size_t(outlier)] - median, median);
+        out += "; the epoch farthest from the others is " + name(outlier) + text;
+      }
+    }
+    return out;
   };
   if (!(worst <= limits.max_shift_pixels))
     throw Error("a trajectory of the bank shifts by " + number(worst) + " px (" + culprit() +

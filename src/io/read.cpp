@@ -61,25 +61,35 @@ void refuse_special(const std::string& path) {
   if (!kind.empty()) throw Error(path + ": is " + kind + ", not a FITS file; inputs must be plain files");
 }
 
-// The kind of shiftstack output a FITS file is (its primary header's SSOUTPUT), or "".
+// The kind of shiftstack output a FITS file is (its primary header's SSOUTPUT), or "". The
+// primary header of a results or stamps file carries the run's metadata, so SSOUTPUT may lie
+// beyond the first block: the header is read up to END (at most 64 blocks).
 std::string output_kind(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return "";
+  constexpr int kMaxBlocks = 64;
   char block[2880];
-  const ssize_t n = ::pread(fd, block, sizeof block, 0);
-  ::close(fd);
-  if (n != ssize_t(sizeof block) || std::strncmp(block, "SIMPLE  =", 9) != 0) return "";
-  for (std::size_t card = 0; card < sizeof block / 80; ++card) {
-    const char* c = block + card * 80;
-    if (std::strncmp(c, "END     ", 8) == 0) break;
-    if (std::strncmp(c, "SSOUTPUT= '", 11) == 0) {
-      std::string kind(c + 11, 69);
-      kind = kind.substr(0, kind.find('\''));
-      while (!kind.empty() && kind.back() == ' ') kind.pop_back();
-      return kind.empty() ? "output" : kind;
+  std::string kind;
+  for (int b = 0; b < kMaxBlocks; ++b) {
+    const ssize_t n = ::pread(fd, block, sizeof block, off_t(b) * off_t(sizeof block));
+    if (n != ssize_t(sizeof block) || (b == 0 && std::strncmp(block, "SIMPLE  =", 9) != 0)) break;
+    bool end = false;
+    for (std::size_t card = 0; card < sizeof block / 80 && !end; ++card) {
+      const char* c = block + card * 80;
+      if (std::strncmp(c, "END     ", 8) == 0) {
+        end = true;
+      } else if (std::strncmp(c, "SSOUTPUT= '", 11) == 0) {
+        kind.assign(c + 11, 69);
+        kind = kind.substr(0, kind.find('\''));
+        while (!kind.empty() && kind.back() == ' ') kind.pop_back();
+        if (kind.empty()) kind = "output";
+        end = true;
+      }
     }
+    if (end) break;
   }
-  return "";
+  ::close(fd);
+  return kind;
 }
 
 struct Listing {
