@@ -78,6 +78,18 @@ TEST(ReliabilityRepro, CorruptTileCompressionIsRefusedBeforeCfitsio) {
   EXPECT_TRUE(has(why, "cfitsio-sigfpe")) << why;
 }
 
+TEST(ReliabilityRepro, RiceStreamEndingBeforeItsTileIsRefusedBeforeCfitsio) {
+  // SEGV inside cfitsio 4.2's RICE decoder (found by fuzz_read_one from the WorkUnit fixture):
+  // without the guard the read ends in cfitsio's own error at best, past its buffer at worst.
+  const fs::path finding = fs::path(SHIFTSTACK_SOURCE_DIR) / "tests/data/fuzz/read_one-crash-rice-stream-past-its-end";
+  TempDir dir;
+  put(dir.file("workunit.fits"), slurp(finding.string()));
+  const std::string why = read_error({dir.file("workunit.fits")});
+  EXPECT_TRUE(has(why, "RICE stream")) << why;
+  EXPECT_TRUE(has(why, "SCI_2")) << why;
+  EXPECT_TRUE(has(why, "tile 5 of 30")) << why;
+}
+
 TEST(ReliabilityRepro, CutGzipTileIsRefusedInsteadOfHanging) {
   // Never returned at fd9c465: cfitsio's inflate loop grew its buffer for ever.
   const std::string why = read_error({repro("cfitsio-hang-gzip-tile-uncompress2mem.fits")});

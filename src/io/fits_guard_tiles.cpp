@@ -168,6 +168,74 @@ bool bounded_gunzip(const unsigned char* in, std::size_t n, std::uint64_t bound,
   return ok;
 }
 
+// Walks a RICE_1 stream the way cfitsio 4.2's decoder (fits_rdecomp, _short, _byte) reads it,
+// without producing pixels, and says where it would read past the stream's end or meet a block
+// code no encoder writes. cfitsio checks the end only once per block, so a corrupt block (a run
+// of zero bytes read as one long unary code) makes it read, and crash, beyond the tile's buffer;
+// a stream this walk accepts is read within its bytes. Empty when it decodes.
+std::string rice_stream_fault(const unsigned char* c, std::size_t clen, std::uint64_t pixels, int block, int bytepix) {
+  // cfitsio: 1 byte per pixel -> _byte, 2 -> _short, 4 and 8 -> the 32-bit decoder.
+  const int fsbits = bytepix == 1 ? 3 : bytepix == 2 ? 4 : 5;
+  const int fsmax = bytepix == 1 ? 6 : bytepix == 2 ? 14 : 25;
+  const int bbits = 1 << fsbits;
+  const std::size_t first = bytepix == 1 ? 1 : bytepix == 2 ? 2 : 4;  // the first pixel, raw
+  std::size_t at = first;
+  bool past_end = false;
+  auto next = [&]() -> std::uint32_t {
+    if (at >= clen) {
+      past_end = true;
+      return 1;  // any non-zero byte: ends the walk's inner loops; the fault is reported below
+    }
+    return c[at++];
+  };
+  auto bit_length = [](std::uint32_t v) {
+    int n = 0;
+    while (v) ++n, v >>= 1;
+    return n;
+  };
+  if (clen < first + 1) return "a RICE stream of " + std::to_string(clen) + " bytes is shorter than its header";
+  std::uint32_t b = next();
+  int nbits = 8;
+  for (std::uint64_t i = 0; i < pixels && !past_end;) {
+    nbits -= fsbits;
+    while (nbits < 0) b = (b << 8) | next(), nbits += 8;
+    const int fs = int(b >> nbits) - 1;
+    b &= (1u << nbits) - 1;
+    const std::uint64_t end = std::min<std::uint64_t>(i + std::uint64_t(block), pixels);
+    if (fs > fsmax)
+      return "RICE block at pixel " + std::to_string(i) + " has code " + std::to_string(fs) + ", above " +
+             std::to_string(fsmax);
+    if (fs < 0) {
+      i = end;
+    } else if (fs == fsmax) {  // raw values of bbits bits each
+      for (; i < end && !past_end; ++i) {
+        int k = bbits - nbits;
+        for (k -= 8; k >= 0; k -= 8) next();
+        if (nbits > 0) {
+          b = next() & ((1u << nbits) - 1);
+        } else {
+          b = 0;
+        }
+      }
+    } else {
+      for (; i < end && !past_end; ++i) {
+        while (b == 0 && !past_end) nbits += 8, b = next();
+        if (past_end) break;
+        const int high = bit_length(b) - 1;  // the unary code's terminating 1
+        nbits = high;
+        b ^= 1u << nbits;
+        nbits -= fs;
+        while (nbits < 0 && !past_end) b = (b << 8) | next(), nbits += 8;
+        b &= (1u << nbits) - 1;
+      }
+    }
+  }
+  if (past_end)
+    return "the RICE stream of " + std::to_string(clen) + " bytes ends before its " + std::to_string(pixels) +
+           " pixels are decoded";
+  return "";
+}
+
 }  // namespace
 
 void check_tile_compressed(const Bytes& bytes, const Keys& keys, const HduHeader& h, std::uint64_t naxis1,
@@ -208,7 +276,9 @@ void check_tile_compressed(const Bytes& bytes, const Keys& keys, const HduHeader
     keys.fail("the compressed image declares " + std::to_string(double(pixels)) + " pixels (ZNAXISn), more than the " +
               "memory budget of " + std::to_string(limits.max_image_bytes) + " bytes allows");
 
-  if (*algorithm == "RICE_1" || *algorithm == "RICE_ONE") {
+  const bool rice = *algorithm == "RICE_1" || *algorithm == "RICE_ONE";
+  int rice_block = 32, rice_bytepix = 4;
+  if (rice) {
     // cfitsio's own reading of the two parameters, swap of reversed values included.
     std::int64_t block = keys.required_integer("ZVAL1", std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max());
     const bool old_format = keys.text("ZNAME2").value_or("") == "NOISEBIT";
@@ -217,6 +287,7 @@ void check_tile_compressed(const Bytes& bytes, const Keys& keys, const HduHeader
     if (block < 1 || block > 65536) keys.fail("RICE block size ZVAL1 = " + std::to_string(block) + " is not in 1..65536");
     if (bytepix != 1 && bytepix != 2 && bytepix != 4 && bytepix != 8)
       keys.fail("RICE bytes per pixel ZVAL2 = " + std::to_string(bytepix) + " is not 1, 2, 4 or 8");
+    rice_block = int(block), rice_bytepix = int(bytepix);
   } else if (*algorithm == "HCOMPRESS_1") {
     if (!keys.real("ZVAL1")) keys.fail("HCOMPRESS_1 needs its scale ZVAL1");
     keys.integer("ZVAL2", std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max());
@@ -280,9 +351,12 @@ void check_tile_compressed(const Bytes& bytes, const Keys& keys, const HduHeader
   };
   for (std::uint64_t row = 0; row < t.rows; ++row) {
     const std::string which = "tile " + std::to_string(row + 1) + " of " + std::to_string(t.rows);
-    if (gzip || *algorithm == "HCOMPRESS_1" || *algorithm == "PLIO_1") {
+    if (rice || gzip || *algorithm == "HCOMPRESS_1" || *algorithm == "PLIO_1") {
       load(compressed, row, element);
       if (tile.empty()) {
+      } else if (rice) {
+        const std::string fault = rice_stream_fault(tile.data(), tile.size(), tile_length(row), rice_block, rice_bytepix);
+        if (!fault.empty()) keys.fail(which + ": " + fault);
       } else if (gzip) {
         gunzip_tile(which + ": gzip data: ", row);
       } else if (*algorithm == "HCOMPRESS_1") {

@@ -93,7 +93,10 @@ std::optional<Wcs> Wcs::from_header(const std::string& cards, const std::string&
       break;
     }
     // Translate non-standard but common forms (e.g. DATE-OBS formats, CDELT with CD) first.
+    // Error reports stay off here: wcslib 7.12's datfix() files one report per date it derives
+    // and drops the previous one unfreed (a leak on every KBMOD WorkUnit WCS); nothing reads them.
     int fix_status[NWCSFIX];
+    wcserr_enable(0);
     wcsfix(7, nullptr, &state->wcs, fix_status);
     // wcsfix reports what it could not fix in wcs.err, and a later report replaces the struct
     // without freeing its message: clear it (nothing here reads it) before wcsset fills it anew.
@@ -103,8 +106,9 @@ std::optional<Wcs> Wcs::from_header(const std::string& cards, const std::string&
       failure = label + ": wcslib rejects the WCS: its linear transformation (PCi_j/CDi_j, CDELTi) is singular";
       break;
     }
-    wcserr_enable(1);
+    wcserr_enable(1);  // wcsset's report names what is wrong
     const int set_status = wcsset(&state->wcs);
+    wcserr_enable(0);
     if (set_status != 0) {
       std::string why = state->wcs.err && state->wcs.err->msg ? state->wcs.err->msg : wcs_errmsg[set_status];
       failure = label + ": wcslib rejects the WCS: " + why;
