@@ -5,6 +5,8 @@
 #   fuzz/run.sh --seconds 10 [BUILD]       short run of each target (the fuzz_smoke test)
 #   fuzz/run.sh --runs 10000000 [BUILD]    long run: 1e7 executions of each (see docs/reliability.md)
 #   fuzz/run.sh --runs N --only read_one   one target
+#   fuzz/run.sh --seed 1 ...               libFuzzer's random seed (default: a new one each run);
+#                                          the fuzz_smoke test fixes it, so that CI repeats itself
 #
 # BUILD defaults to build-fuzz. Exit status 77 when no Clang with libFuzzer is found (ctest
 # reports the test as skipped); 1 when a target finds a crash, a leak, a sanitizer report or a
@@ -13,12 +15,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="-max_total_time=10"
 only=""
+seed=0
 build=""
 while (($#)); do
   case "$1" in
     --seconds) mode="-max_total_time=$2"; shift 2 ;;
     --runs) mode="-runs=$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
+    --seed) seed="$2"; shift 2 ;;
     *) build="$1"; shift ;;
   esac
 done
@@ -59,7 +63,7 @@ for target in "${targets[@]}"; do
   mkdir -p "$corpus"
   echo "fuzz: $target ($mode)" >&2
   # -timeout: an input that takes over 10 s is a hang; -rss_limit_mb: an allocation runaway.
-  if ! "$build/bin/$target" "$mode" -timeout=10 -rss_limit_mb=2560 -max_len=131072 -print_final_stats=1 \
+  if ! "$build/bin/$target" "$mode" -seed="$seed" -timeout=10 -rss_limit_mb=2560 -max_len=131072 -print_final_stats=1 \
       -artifact_prefix="$build/findings/$name-" "$corpus" "$seeds/$name" 2> "$build/$name.log"; then
     echo "fuzz: $target found a problem (see $build/$name.log and $build/findings/)" >&2
     tail -40 "$build/$name.log" >&2

@@ -226,6 +226,7 @@ std::string rice_stream_fault(const unsigned char* c, std::size_t clen, std::uin
         b ^= 1u << nbits;
         nbits -= fs;
         while (nbits < 0 && !past_end) b = (b << 8) | next(), nbits += 8;
+        if (past_end) break;
         b &= (1u << nbits) - 1;
       }
     }
