@@ -100,12 +100,16 @@ TEST(TreeExecutor, EveryTrialIsTheGatherAtThePlansPositions) {
   // Schedules that cut the tree at different levels and tile it differently must compute the
   // same operator, float for float (every map is the same sequence of additions).
   std::vector<SearchResult> results;
-  for (auto [cut, tw, th] : {std::tuple{0, 0, 0}, {1, 16, 8}, {2, 48, 40}, {20, 32, 16}, {3, 20, 13}}) {
+  // Fused roots (formed from their grandchildren) included: the same floats again.
+  for (auto [cut, tw, th, fuse] : {std::tuple{0, 0, 0, 0}, {1, 16, 8, 0}, {2, 48, 40, 1}, {20, 32, 16, 0}, {3, 20, 13, 0},
+                                   {3, 20, 13, 1}, {20, 16, 8, 1}}) {
     TreeOptions o = tree_only(false);
-    o.cut_level = cut, o.tile_width = tw, o.tile_height = th;
+    o.cut_level = cut, o.tile_width = tw, o.tile_height = th, o.fuse_root = fuse;
     TreeStats stats;
     results.push_back(run_tree(o, stack, kit.bank, every_trial(), {}, &stats));
     ASSERT_FALSE(stats.fell_back) << stats.fallback_reason;
+    // Fusion needs both children of the root formed per tile (cut level 2 or deeper).
+    EXPECT_EQ(stats.fused_root, fuse == 1 && cut != 1) << "schedule cut " << cut << " fuse " << fuse;
   }
   const SearchResult& r = results.front();
   ASSERT_EQ(std::int64_t(r.candidates.size()), r.digest.scored);

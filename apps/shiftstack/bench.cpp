@@ -223,6 +223,7 @@ nlohmann::json tree_record(const TreeEngine& engine) {
           {"levels", levels},
           {"depth", t.depth},
           {"cut_level", t.cut_level},
+          {"fused_root", t.fused_root},
           {"nodes", t.nodes},
           {"z_screen", t.z_screen},
           {"screen_margin", engine.options().screen_margin},
@@ -245,8 +246,9 @@ void print_tree_record(const nlohmann::json& t) {
   }
   std::printf("  tree: %.3f additions per trial per channel (levels:", t["additions_per_trial"].get<double>());
   for (const auto& l : t["levels"]) std::printf(" %.3f", l["additions_per_trial"].get<double>());
-  std::printf("), %lld nodes, depth %d, cut at level %d, tiles %dx%d (%.1f MB each), %d band(s) of %.0f MB\n",
-              (long long)t["nodes"].get<std::int64_t>(), t["depth"].get<int>(), t["cut_level"].get<int>(), t["tile"][0].get<int>(),
+  std::printf("), %lld nodes, depth %d, cut at level %d%s, tiles %dx%d (%.1f MB each), %d band(s) of %.0f MB\n",
+              (long long)t["nodes"].get<std::int64_t>(), t["depth"].get<int>(), t["cut_level"].get<int>(),
+              t.value("fused_root", false) ? ", root fused" : "", t["tile"][0].get<int>(),
               t["tile"][1].get<int>(), t["tile_bytes"].get<double>() / 1e6, t["bands"].get<int>(),
               t["band_bytes"].get<double>() / 1e6);
   std::printf("  tree: screen z > %.3f: %lld trials, %lld re-scored exactly; last run: copy %.3f s, tree %.3f s "
@@ -545,6 +547,9 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   bench->add_option("--tree-tile-height", o->tree.tile_height, "cpu-tree: origins per tile along y (0: chosen)")
       ->check(CLI::NonNegativeNumber);
+  bench->add_option("--tree-fuse-root", o->tree.fuse_root,
+                    "cpu-tree: form the root from its grandchildren (-1: chosen, 0: never, 1: always)")
+      ->check(CLI::Range(-1, 1));
   bench->add_option("--threads", o->threads,
                     "CPU threads of the searches (default: all; the stack is made with all)")
       ->check(CLI::NonNegativeNumber);

@@ -227,12 +227,16 @@ void run(const ValidateArgs& a) {
     if (a.snr_grid != ValidateArgs{}.snr_grid) t.completeness_snr = a.snr_grid;
     t.margins = a.margins;
     t.verbose = a.verbose;
+    if (a.null_window > 0) t.null_window = a.null_window;
     std::string snr;
     for (std::size_t i = 0; i < t.completeness_snr.size(); ++i) snr += (i ? "," : "") + std::to_string(t.completeness_snr[i]);
     const std::string command = "shiftstack validate --tree-study --workload " + a.workload + " --pairs " +
                                 std::to_string(t.retention_injections) + " --cubes " + std::to_string(a.cubes) +
                                 " --injections " + std::to_string(a.injections) + " --margins " + join(a.margins) +
-                                " --snr-grid " + join(t.completeness_snr) + " --seed " + std::to_string(a.seed);
+                                " --snr-grid " + join(t.completeness_snr) + " --seed " + std::to_string(a.seed) +
+                                " --null-window " + std::to_string(t.null_window) +
+                                (a.width > 0 ? " --width " + std::to_string(a.width) : "") +
+                                (a.height > 0 ? " --height " + std::to_string(a.height) : "");
     const TreeStudyReport report = run_tree_study(t);
     std::cout << format_table(report);
     if (!a.out.empty()) {

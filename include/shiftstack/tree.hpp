@@ -33,6 +33,9 @@ struct TreeOptions {
   // Origins per tile and the level from which nodes are formed band-wide (0: chosen by the
   // engine from the additions they cost, within the budgets below).
   int tile_width = 0, tile_height = 0, cut_level = 0;
+  // Form the root from its grandchildren, so that its children are never stored (-1: chosen by
+  // the engine, 0: never, 1: whenever the root's children are formed per tile).
+  int fuse_root = -1;
   double tile_budget_bytes = 6.0 * 1024 * 1024;
   // Largest padded, cleaned copy of the stack held at once (bands of origin rows beyond it).
   double band_budget_bytes = 1024.0 * 1024 * 1024;
@@ -60,6 +63,7 @@ struct TreeStats {
   std::int64_t refined = 0;   // trials re-scored exactly (screened, neighbours, flood fill)
   int tile_width = 0, tile_height = 0, bands = 0;
   int cut_level = 0;      // levels from here down are formed band-wide (stage A)
+  bool fused_root = false;  // the root was formed from its grandchildren
   int screen_passes = 0;  // extra passes with a lower screen when nothing passed the first
   double tile_bytes = 0;  // largest per-thread working set of one tile
   double band_bytes = 0;  // padded copy of the stack plus the band-wide maps (largest band)

@@ -45,6 +45,7 @@ constexpr double kBandWideWeight = 3.0;
 struct Schedule {
   int cut_level = 1;
   std::vector<char> cut;
+  bool fuse_root = false;
   int tile_width = 0, tile_height = 0, band_rows = 0;
   double additions_per_origin = 0;  // both stages, margins included
   double cost = 0;                  // the same with band-wide additions weighted
@@ -81,29 +82,35 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
   for (int level = first_level; level <= last_level; ++level) {
     const std::vector<char> cut = tree::cut_nodes(plan, level);
     for (const tree::Geometry& t : tiles) {
-      const tree::StageCost b = tree::stage_b_cost(plan, t, cut);
       // Bands: whole tile rows; halve until the copy and the kept maps fit.
       int rows = (r.height + t.height - 1) / t.height * t.height;
       double bytes = 0, a_additions = 0;
       for (;;) {
         const int held = std::min(rows, r.height);
-        const tree::StageCost a = tree::stage_a_cost(plan, band_geometry(held), cut);
-        const double copy = 8.0 * exposures * double(a.read_hi[0] - a.read_lo[0]) * double(a.read_hi[1] - a.read_lo[1]);
+        const tree::Geometry& band = band_geometry(held);
+        const tree::StageCost a = tree::stage_a_cost(plan, band, cut);
+        const tree::ReadRange reads = tree::band_reads(plan, band);
+        const double copy = 8.0 * exposures * double(reads.hi[0] - reads.lo[0]) * double(reads.hi[1] - reads.lo[1]);
         bytes = copy + 4.0 * double(a.kept_floats);
         a_additions = sum(a.additions) / (double(r.width) * held);
         if (bytes <= o.band_budget_bytes || rows <= t.height) break;
         rows = std::max(t.height, (rows / 2) / t.height * t.height);
       }
-      const double b_additions = sum(b.additions) / (double(t.width) * t.height);
-      Schedule s{level, cut, t.width, t.height, rows, b_additions + a_additions,
-                 b_additions + kBandWideWeight * a_additions, b.arena_floats, bytes};
-      if (fallback.tile_width == 0 || s.tile_floats < fallback.tile_floats) fallback = s;
-      if (double(s.tile_floats) > tile_budget || bytes > o.band_budget_bytes) continue;
-      const std::int64_t count = std::int64_t((r.width + t.width - 1) / t.width) * ((r.height + t.height - 1) / t.height);
-      const bool busy = count >= 2 * threads;
-      const bool better = !have || (busy && !best_busy) ||
-                          (busy == best_busy && s.cost < best.cost * (1 - 1e-9));
-      if (better) best = s, have = true, best_busy = busy;
+      for (const bool fuse : {false, true}) {
+        if (fuse && (o.fuse_root == 0 || !tree::root_fusable(plan, cut))) continue;
+        if (!fuse && o.fuse_root == 1 && tree::root_fusable(plan, cut)) continue;
+        const tree::StageCost b = tree::stage_b_cost(plan, t, cut, fuse);
+        const double b_additions = sum(b.additions) / (double(t.width) * t.height);
+        Schedule s{level, cut, fuse, t.width, t.height, rows, b_additions + a_additions,
+                   b_additions + kBandWideWeight * a_additions, b.arena_floats, bytes};
+        if (fallback.tile_width == 0 || s.tile_floats < fallback.tile_floats) fallback = s;
+        if (double(s.tile_floats) > tile_budget || bytes > o.band_budget_bytes) continue;
+        const std::int64_t count =
+            std::int64_t((r.width + t.width - 1) / t.width) * ((r.height + t.height - 1) / t.height);
+        const bool busy = count >= 2 * threads;
+        const bool better = !have || (busy && !best_busy) || (busy == best_busy && s.cost < best.cost * (1 - 1e-9));
+        if (better) best = s, have = true, best_busy = busy;
+      }
     }
   }
   return have ? best : fallback;
@@ -123,6 +130,7 @@ struct TreeEngine::Cache {
   std::uint64_t stack_id = 0;
   bool valid = false;
   tree::Band copy;
+  tree::Kept kept;  // stage A's maps of the current band (storage reused between bands)
 };
 
 TreeEngine::TreeEngine(TreeOptions options, std::string name)
@@ -179,6 +187,7 @@ SearchResult TreeEngine::search(const SearchInput& in) {
   stats_.tile_width = run.tile_width;
   stats_.tile_height = run.tile_height;
   stats_.cut_level = run.cut_level;
+  stats_.fused_root = run.fuse_root;
 
   // Thresholds. The flood floor is the lowest score anything is reported at; the screen lies
   // screen_margin below it (docs/tree-search.md). Unrefined, the screen lists the trials the
@@ -209,7 +218,8 @@ SearchResult TreeEngine::search(const SearchInput& in) {
       tiles.push_back(
           {r.x0 + i * tw, r.y0 + j * th, geometry_index(length_of(i, nx, tw, r.width), length_of(j, ny, th, r.height))});
   std::size_t arena_floats = 0;
-  for (const auto& g : geometries) arena_floats = std::max(arena_floats, tree::stage_b_cost(plan, g, cut).arena_floats);
+  for (const auto& g : geometries)
+    arena_floats = std::max(arena_floats, tree::stage_b_cost(plan, g, cut, run.fuse_root).arena_floats);
   stats_.tile_bytes = double(arena_floats) * sizeof(float);
 
   // One pass of the tree over the region with a given screen.
@@ -230,16 +240,18 @@ SearchResult TreeEngine::search(const SearchInput& in) {
       ++stats_.bands;
       const int band_y0 = r.y0 + first_row * th;
       const int band_rows = std::min(r.y0 + r.height, r.y0 + (last_row + 1) * th) - band_y0;
-      // Stage A over the band's origins, from the exposure copy it reads.
+      // Stage A over the band's origins, from the exposure copy that both stages read.
       const tree::Geometry band_geometry = tree::make_geometry(plan, r.width, band_rows);
       const tree::StageCost a = tree::stage_a_cost(plan, band_geometry, cut);
+      const tree::ReadRange reads = tree::band_reads(plan, band_geometry);
       Cache& c = *cache_;
-      const int cx0 = r.x0 + a.read_lo[0], cy0 = band_y0 + a.read_lo[1];
-      const int cols = a.read_hi[0] - a.read_lo[0], rows = a.read_hi[1] - a.read_lo[1];
+      const int cx0 = r.x0 + reads.lo[0], cy0 = band_y0 + reads.lo[1];
+      const int cols = reads.hi[0] - reads.lo[0], rows = reads.hi[1] - reads.lo[1];
       if (!(c.valid && c.stack_id == s.id && c.copy.x0 == cx0 && c.copy.y0 == cy0 && c.copy.cols == cols &&
             c.copy.rows == rows)) {
+        // The storage is reused from band to band (fill_band writes every sample).
         const auto t_fill = Clock::now();
-        c = Cache{};
+        c.valid = false;
         c.copy.x0 = cx0, c.copy.y0 = cy0, c.copy.cols = cols, c.copy.rows = rows;
         tree::fill_band(s, c.copy);
         c.stack_id = s.id;
@@ -247,7 +259,7 @@ SearchResult TreeEngine::search(const SearchInput& in) {
         fill_seconds += since(t_fill);
       }
       stats_.band_bytes = std::max(stats_.band_bytes, 4.0 * double(c.copy.data.size() + a.kept_floats));
-      tree::Kept kept;
+      tree::Kept& kept = c.kept;
       kept.geometry = &band_geometry;
       kept.x0 = r.x0;
       kept.y0 = band_y0;
@@ -261,12 +273,14 @@ SearchResult TreeEngine::search(const SearchInput& in) {
         std::vector<float> arena(arena_floats);
 #pragma omp for schedule(dynamic, 1)
         for (int t = first; t < last; ++t)
-          tree::run_tile(plan, cut, geometries[tiles[t].geometry], kept, params, tiles[t].x0, tiles[t].y0,
-                         arena.data(), outputs[t]);
+          tree::run_tile(plan, cut, run.fuse_root, geometries[tiles[t].geometry], kept, c.copy, params, tiles[t].x0,
+                         tiles[t].y0, arena.data(), outputs[t]);
       }
     }
-    // Only a copy covering the whole region stays for the next search.
-    if (stats_.bands > 1) *cache_ = Cache{};
+    // Only a copy covering the whole region stays valid for the next search (the storage of both
+    // stays, as the cpu engine keeps its band: a search of the next stack reuses it).
+    if (stats_.bands > 1) cache_->valid = false;
+    cache_->kept.geometry = nullptr;
     return outputs;
   };
   std::vector<tree::TileOutput> outputs = tree_pass(z_screen);

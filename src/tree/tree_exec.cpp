@@ -59,6 +59,15 @@ std::vector<AxisGeometry> axis_geometry(const Plan& plan, int a, int area_length
   return g;
 }
 
+}  // namespace
+
+bool read_in_place(const Plan& plan, int index) {
+  const Node& n = plan.nodes[std::size_t(index)];
+  return index != 0 && n.leaf() && n.count == 1;
+}
+
+namespace {
+
 std::int64_t entries_of(const Geometry& g, int index) {
   return std::int64_t(g.node[index][0].used.size()) * g.node[index][1].used.size();
 }
@@ -90,8 +99,10 @@ void count_subtree(const Plan& plan, const Geometry& g, const std::vector<char>&
   const Node& node = plan.nodes[index];
   const std::int64_t entries = index == 0 ? std::int64_t(node.entries()) : entries_of(g, index);
   const std::int64_t area = index == 0 ? std::int64_t(g.width) * g.height : area_of(g, index);
-  cost.entries[node.level] += entries;
-  cost.additions[node.level] += entries * area * (node.leaf() ? node.count - 1 : 1);
+  if (!read_in_place(plan, index)) {
+    cost.entries[node.level] += entries;
+    cost.additions[node.level] += entries * area * (node.leaf() ? node.count - 1 : 1);
+  }
   if (node.leaf()) {
     for (int a = 0; a < 2; ++a) {
       const AxisGeometry& ag = g.node[index][a];
@@ -123,7 +134,7 @@ Geometry make_geometry(const Plan& plan, int width, int height) {
   geo.node_floats.assign(N, 0);
   for (std::size_t i = 0; i < N; ++i) {
     geo.node[i] = {gx[i], gy[i]};
-    geo.node_floats[i] = std::size_t(2 * entries_of(geo, int(i)) * area_of(geo, int(i)));
+    if (!read_in_place(plan, int(i))) geo.node_floats[i] = std::size_t(2 * entries_of(geo, int(i)) * area_of(geo, int(i)));
   }
   for (std::size_t i = 0; i < N; ++i) {
     const Node& node = plan.nodes[i];
@@ -151,17 +162,58 @@ std::vector<char> cut_nodes(const Plan& plan, int cut_level) {
   std::vector<char> cut(plan.nodes.size(), 0);
   for (std::size_t i = 1; i < plan.nodes.size(); ++i) {
     const Node& n = plan.nodes[i];
-    cut[i] = n.level == cut_level || (n.leaf() && n.level < cut_level);
+    cut[i] = !read_in_place(plan, int(i)) && (n.level == cut_level || (n.leaf() && n.level < cut_level));
   }
   return cut;
 }
 
-StageCost stage_b_cost(const Plan& plan, const Geometry& tile, const std::vector<char>& cut) {
+namespace {
+
+// Whether side c of the root is formed from its two children in the root's own sums.
+bool fused_side(const Plan& plan, const std::vector<char>& cut, bool fuse_root, int c) {
+  const int child = plan.nodes[0].child[c];
+  return fuse_root && !plan.nodes[child].leaf() && !cut[child];
+}
+
+// What the root reads: per side, its child, or the child's two children when that side is fused.
+std::vector<int> root_inputs(const Plan& plan, const std::vector<char>& cut, bool fuse_root) {
+  std::vector<int> inputs;
+  for (int c = 0; c < 2; ++c) {
+    const Node& child = plan.nodes[plan.nodes[0].child[c]];
+    if (fused_side(plan, cut, fuse_root, c)) {
+      inputs.push_back(child.child[0]);
+      inputs.push_back(child.child[1]);
+    } else {
+      inputs.push_back(plan.nodes[0].child[c]);
+    }
+  }
+  return inputs;
+}
+
+}  // namespace
+
+bool root_fusable(const Plan& plan, const std::vector<char>& cut) {
+  return fused_side(plan, cut, true, 0) || fused_side(plan, cut, true, 1);
+}
+
+StageCost stage_b_cost(const Plan& plan, const Geometry& tile, const std::vector<char>& cut, bool fuse_root) {
   StageCost c;
   c.additions.assign(plan.depth + 1, 0);
   c.entries.assign(plan.depth + 1, 0);
-  count_subtree(plan, tile, cut, 0, true, c);
-  c.arena_floats = subtree_floats(plan, tile, cut, 0, false, true);
+  const Node& root = plan.nodes[0];
+  const std::int64_t trials = std::int64_t(root.entries()) * tile.width * tile.height;
+  c.entries[0] += root.entries();
+  c.additions[0] += trials;
+  for (int side = 0; side < 2; ++side)
+    if (fused_side(plan, cut, fuse_root, side)) c.additions[1] += trials;  // (g0 + g1) per root trial
+  // The inputs are formed one after the other in the arena, each above the ones before.
+  std::size_t below = 0;
+  for (int input : root_inputs(plan, cut, fuse_root)) {
+    if (cut[input]) continue;
+    count_subtree(plan, tile, cut, input, true, c);
+    c.arena_floats = std::max(c.arena_floats, below + subtree_floats(plan, tile, cut, input, true, true));
+    below += tile.node_floats[input];
+  }
   return c;
 }
 
@@ -178,19 +230,41 @@ StageCost stage_a_cost(const Plan& plan, const Geometry& band, const std::vector
   return c;
 }
 
+ReadRange band_reads(const Plan& plan, const Geometry& band) {
+  StageCost c;
+  c.additions.assign(plan.depth + 1, 0);
+  c.entries.assign(plan.depth + 1, 0);
+  count_subtree(plan, band, std::vector<char>(plan.nodes.size(), 0), 0, false, c);
+  ReadRange r;
+  r.lo = c.read_lo;
+  r.hi = c.read_hi;
+  return r;
+}
+
 void fill_band(const EncodedStack& s, Band& band) {
   const int E = s.exposures, W = s.width, H = s.height;
   band.exposures = E;
-  band.data.assign(2 * std::size_t(E) * band.plane(), 0.0f);
+  band.data.resize(2 * std::size_t(E) * band.plane());  // every sample is written below
   const std::size_t plane = s.plane_size();
   const int c_lo = std::max(0, -band.x0), c_hi = std::min(band.cols, W - band.x0);
   std::int64_t exception_codes = 0;
 #pragma omp parallel for schedule(static) reduction(+ : exception_codes)
   for (std::int64_t er = 0; er < std::int64_t(E) * band.rows; ++er) {
     const int e = int(er / band.rows), r = int(er % band.rows), y = band.y0 + r;
-    if (y < 0 || y >= H || c_hi <= c_lo) continue;
-    float* psi = band.data.data() + 2 * std::size_t(e) * band.plane() + std::size_t(r) * band.cols + c_lo;
-    float* phi = psi + band.plane();
+    float* psi_row = band.data.data() + 2 * std::size_t(e) * band.plane() + std::size_t(r) * band.cols;
+    float* phi_row = psi_row + band.plane();
+    if (y < 0 || y >= H || c_hi <= c_lo) {
+      std::fill(psi_row, psi_row + band.cols, 0.0f);
+      std::fill(phi_row, phi_row + band.cols, 0.0f);
+      continue;
+    }
+    // Zero outside the image.
+    std::fill(psi_row, psi_row + c_lo, 0.0f);
+    std::fill(phi_row, phi_row + c_lo, 0.0f);
+    std::fill(psi_row + c_hi, psi_row + band.cols, 0.0f);
+    std::fill(phi_row + c_hi, phi_row + band.cols, 0.0f);
+    float* psi = psi_row + c_lo;
+    float* phi = phi_row + c_lo;
     const std::size_t first = std::size_t(e) * plane + std::size_t(y) * W + (band.x0 + c_lo);
     const int n = c_hi - c_lo;
     switch (s.encoding) {
@@ -226,11 +300,12 @@ void fill_band(const EncodedStack& s, Band& band) {
 namespace {
 
 // Where a node's maps are during one run: its geometry, the first origin of the area they were
-// formed over, and the start of their data.
+// formed over, and the start of their data; or, for a leaf read in place, nothing (the band).
 struct MapsView {
   const Geometry* geometry = nullptr;
   int x0 = 0, y0 = 0;
   const float* data = nullptr;
+  bool in_place = false;
 };
 
 struct Runner {
@@ -243,10 +318,16 @@ struct Runner {
   std::vector<std::int64_t>& additions;
   std::vector<std::int64_t>& entries;
 
-  static const float* entry_map(const Geometry& g, int index, const float* maps, int jx, int jy) {
+  static float* entry_map(const Geometry& g, int index, float* maps, int jx, int jy) {
     const AxisGeometry &gx = g.node[index][0], &gy = g.node[index][1];
     const std::size_t plane = std::size_t(gx.length) * gy.length;
     return maps + 2 * plane * (std::size_t(gy.rank[jy]) * gx.used.size() + gx.rank[jx]);
+  }
+
+  // Exposure e of the band at origin-relative position (dx, dy) of this area.
+  std::size_t band_at(int dx, int dy) const {
+    const Band& band = *exposures;
+    return std::size_t(y0 + dy - band.y0) * band.cols + std::size_t(x0 + dx - band.x0);
   }
 
   void leaf(int index, float* maps) {
@@ -257,14 +338,13 @@ struct Runner {
     const Band& band = *exposures;
     for (int jy : gy.used)
       for (int jx : gx.used) {
-        float* A = const_cast<float*>(entry_map(geo, index, maps, jx, jy));
+        float* A = entry_map(geo, index, maps, jx, jy);
         float* B = A + plane;
         for (int i = 0; i < node.count; ++i) {
           const int e = plan.order[node.first + i];
           const int sx = node.axis[0].exposure_shift[std::size_t(jx) * node.count + i];
           const int sy = node.axis[1].exposure_shift[std::size_t(jy) * node.count + i];
-          const std::size_t at = std::size_t(y0 + gy.base[jy] + sy - band.y0) * band.cols +
-                                 std::size_t(x0 + gx.base[jx] + sx - band.x0);
+          const std::size_t at = band_at(gx.base[jx] + sx, gy.base[jy] + sy);
           if (i == 0) {
             copy_plane(A, W, band.psi(e) + at, band.cols, W, H);
             copy_plane(B, W, band.phi(e) + at, band.cols, W, H);
@@ -279,19 +359,32 @@ struct Runner {
     additions[node.level] += n * std::int64_t(plane) * (node.count - 1);
   }
 
-  // Child ci's maps for this node's velocity (jx, jy), moved by the parent's shift.
+  // Child ci's maps for this node's velocity (jx, jy), moved by the parent's shift, and further by
+  // (extra_x, extra_y) in the parent's map (a fused root reads its children's maps at an offset).
   struct Source {
     const float *A, *B;
     int stride;
   };
-  Source child_source(int index, int ci, const MapsView& child_maps, int jx, int jy) const {
-    const int child = plan.nodes[index].child[ci];
+  Source child_source(int index, int ci, const MapsView& child_maps, int jx, int jy, int extra_x = 0,
+                      int extra_y = 0) const {
+    const Node& node = plan.nodes[index];
+    const int child = node.child[ci];
     const AxisGeometry &px = geo.node[index][0], &py = geo.node[index][1];
+    if (child_maps.in_place) {
+      // The child is one exposure: read the band where its map would have held it.
+      const Node& leaf = plan.nodes[child];
+      const int kx = node.axis[0].child_entry[ci][jx], ky = node.axis[1].child_entry[ci][jy];
+      const int dx = px.base[jx] + node.axis[0].child_shift[ci][jx] + leaf.axis[0].exposure_shift[kx] + extra_x;
+      const int dy = py.base[jy] + node.axis[1].child_shift[ci][jy] + leaf.axis[1].exposure_shift[ky] + extra_y;
+      const int e = plan.order[leaf.first];
+      const std::size_t at = band_at(dx, dy);
+      return {exposures->psi(e) + at, exposures->phi(e) + at, exposures->cols};
+    }
     const Geometry& cg = *child_maps.geometry;
     const AxisGeometry &cx = cg.node[child][0], &cy = cg.node[child][1];
     // Positions relative to the child's own area: a cut child's maps cover the whole band.
-    const int sx = x0 - child_maps.x0 + px.child_offset[ci][jx];
-    const int sy = y0 - child_maps.y0 + py.child_offset[ci][jy];
+    const int sx = x0 - child_maps.x0 + px.child_offset[ci][jx] + extra_x;
+    const int sy = y0 - child_maps.y0 + py.child_offset[ci][jy] + extra_y;
     const std::size_t plane = std::size_t(cx.length) * cy.length;
     const float* A = child_maps.data +
                      2 * plane * (std::size_t(py.child_rank[ci][jy]) * cx.used.size() + px.child_rank[ci][jx]) +
@@ -299,28 +392,27 @@ struct Runner {
     return {A, A + plane, cx.length};
   }
 
-  // The node's children, formed above `scratch` unless stage A kept them.
-  std::array<MapsView, 2> children(int index, float* scratch, bool stop_at_cut) {
-    const Node& node = plan.nodes[index];
-    std::array<MapsView, 2> view;
+  // Where node `index` is read from: in place, kept by stage A, or formed at `at` (advanced past it).
+  MapsView place(int index, float*& at, bool stop_at_cut) {
+    if (read_in_place(plan, index)) return {nullptr, x0, y0, nullptr, true};
+    if (stop_at_cut && cut[index]) return {kept->geometry, kept->x0, kept->y0, kept->data.data() + kept->offset[index]};
+    const MapsView view{&geo, x0, y0, at};
+    at += geo.node_floats[index];
+    return view;
+  }
+
+  // Forms the nodes of `inputs` one after the other from `scratch` upward, each above the ones
+  // before (so that each one's subtree runs in the space above it).
+  template <std::size_t N>
+  std::array<MapsView, N> form(const std::array<int, N>& inputs, float* scratch, bool stop_at_cut) {
+    std::array<MapsView, N> view;
     float* next = scratch;
-    for (int ci = 0; ci < 2; ++ci) {
-      const int child = node.child[ci];
-      if (stop_at_cut && cut[child]) {
-        view[ci] = {kept->geometry, kept->x0, kept->y0, kept->data.data() + kept->offset[child]};
-        continue;
+    for (std::size_t k = 0; k < N; ++k) {
+      view[k] = place(inputs[k], next, stop_at_cut);
+      if (view[k].geometry == &geo) {
+        float* maps = const_cast<float*>(view[k].data);
+        compute(inputs[k], maps, maps + geo.node_floats[inputs[k]], stop_at_cut);
       }
-      view[ci] = {&geo, x0, y0, next};
-      next += geo.node_floats[child];
-    }
-    // Child 0's subtree runs above both children's maps only after child 0 is done, so form
-    // child 0 first with everything above its maps free, then child 1 above both.
-    float* c0_end = view[0].geometry == &geo ? const_cast<float*>(view[0].data) + geo.node_floats[node.child[0]]
-                                             : scratch;
-    if (view[0].geometry == &geo) compute(node.child[0], const_cast<float*>(view[0].data), c0_end, stop_at_cut);
-    if (view[1].geometry == &geo) {
-      float* c1 = const_cast<float*>(view[1].data);
-      compute(node.child[1], c1, c1 + geo.node_floats[node.child[1]], stop_at_cut);
     }
     return view;
   }
@@ -329,13 +421,13 @@ struct Runner {
   void compute(int index, float* maps, float* scratch, bool stop_at_cut) {
     const Node& node = plan.nodes[index];
     if (node.leaf()) return leaf(index, maps);
-    const std::array<MapsView, 2> view = children(index, scratch, stop_at_cut);
+    const std::array<MapsView, 2> view = form(std::array<int, 2>{node.child[0], node.child[1]}, scratch, stop_at_cut);
     const AxisGeometry &gx = geo.node[index][0], &gy = geo.node[index][1];
     const int W = gx.length, H = gy.length;
     const std::size_t plane = std::size_t(W) * H;
     for (int jy : gy.used)
       for (int jx : gx.used) {
-        float* A = const_cast<float*>(entry_map(geo, index, maps, jx, jy));
+        float* A = entry_map(geo, index, maps, jx, jy);
         const Source s0 = child_source(index, 0, view[0], jx, jy), s1 = child_source(index, 1, view[1], jx, jy);
         add_planes(A, W, s0.A, s0.stride, s1.A, s1.stride, W, H);
         add_planes(A + plane, W, s0.B, s0.stride, s1.B, s1.stride, W, H);
@@ -345,21 +437,66 @@ struct Runner {
     additions[node.level] += n * std::int64_t(plane);
   }
 
-  void root(float* arena, const StreamParams& params, TileOutput& out) {
+  void root(float* arena, bool fuse_root, const StreamParams& params, TileOutput& out) {
     const Node& node = plan.nodes[0];
     const int W = geo.width, H = geo.height;
     const int Va = node.axis[0].size(), Vb = node.axis[1].size();
     require(!node.leaf(), "tree: internal: the root is a leaf (the engine falls back before this)");
-    const std::array<MapsView, 2> view = children(0, arena, true);
+    std::array<bool, 2> fused{};
+    for (int c = 0; c < 2; ++c) fused[c] = fused_side(plan, cut, fuse_root, c);
+    const int count = fused[0] || fused[1] ? 4 : 2;
+    // Inputs in the order root_inputs() lists (and stage_b_cost() sizes) them.
+    std::array<int, 4> inputs{};
+    int n = 0;
+    for (int c = 0; c < 2; ++c) {
+      const Node& child = plan.nodes[node.child[c]];
+      if (fused[c]) {
+        inputs[n++] = child.child[0];
+        inputs[n++] = child.child[1];
+      } else {
+        inputs[n++] = node.child[c];
+      }
+    }
+    std::array<MapsView, 4> view{};
+    float* next = arena;
+    for (int k = 0; k < n; ++k) {
+      view[k] = place(inputs[k], next, true);
+      if (view[k].geometry == &geo) {
+        float* maps = const_cast<float*>(view[k].data);
+        compute(inputs[k], maps, maps + geo.node_floats[inputs[k]], true);
+      }
+    }
+    // An unfused side of a four-source root adds a row of zeros (x + 0 = x).
+    const std::vector<float> zeros(count == 4 ? std::size_t(W) : 0, 0.0f);
     std::vector<RootSources> sources(Va);
     std::vector<std::uint8_t> hit(Va);
+    const AxisGeometry &rx = geo.node[0][0], &ry = geo.node[0][1];
     for (int b = 0; b < Vb; ++b) {
       // One row of root velocities per kernel call (same vy, every vx).
       for (int a = 0; a < Va; ++a) {
-        const Source s0 = child_source(0, 0, view[0], a, b), s1 = child_source(0, 1, view[1], a, b);
-        sources[a] = {s0.A, s1.A, s0.B, s1.B, s0.stride, s1.stride};
+        RootSources& src = sources[a];
+        int k = 0, slot = 0;
+        for (int c = 0; c < 2; ++c) {
+          if (fused[c]) {
+            // The child's entry for this root velocity, read where the root would read it.
+            const int child = node.child[c];
+            const int kx = node.axis[0].child_entry[c][a], ky = node.axis[1].child_entry[c][b];
+            for (int g = 0; g < 2; ++g, ++k, ++slot) {
+              const Source s = child_source(child, g, view[k], kx, ky, rx.child_offset[c][a], ry.child_offset[c][b]);
+              src.a[slot] = s.A, src.b[slot] = s.B, src.stride[slot] = s.stride;
+            }
+          } else {
+            const Source s = child_source(0, c, view[k++], a, b);
+            src.a[slot] = s.A, src.b[slot] = s.B, src.stride[slot] = s.stride;
+            ++slot;
+            if (count == 4) {
+              src.a[slot] = src.b[slot] = zeros.data(), src.stride[slot] = 0;
+              ++slot;
+            }
+          }
+        }
       }
-      score_tile(sources.data(), Va, W, H, params.screen, params.count, params.want_count, out.score, hit.data());
+      score_tile(sources.data(), count, Va, W, H, params.screen, params.count, params.want_count, out.score, hit.data());
       for (int a = 0; a < Va; ++a) {
         if (!hit[a]) continue;
         // Some trial passed the screen (rare): list them, with the kernel's arithmetic.
@@ -367,14 +504,16 @@ struct Runner {
         const std::int32_t v = std::int32_t(b) * Va + a;
         for (int r = 0; r < H; ++r)
           for (int i = 0; i < W; ++i) {
-            const float A = src.a0[std::size_t(r) * src.stride0 + i] + src.a1[std::size_t(r) * src.stride1 + i];
-            const float B = src.b0[std::size_t(r) * src.stride0 + i] + src.b1[std::size_t(r) * src.stride1 + i];
+            const float A = src.A(count, r, i), B = src.B(count, r, i);
             if (B > 0 && passes(A, B, params.screen)) out.hits.push_back({x0 + i, y0 + r, v, A, B});
           }
       }
     }
+    const std::int64_t trials = std::int64_t(Va) * Vb * W * H;
     entries[0] += std::int64_t(Va) * Vb;
-    additions[0] += std::int64_t(Va) * Vb * W * H;
+    additions[0] += trials;
+    for (int c = 0; c < 2; ++c)
+      if (fused[c]) additions[1] += trials;
   }
 };
 
@@ -393,7 +532,7 @@ void run_stage_a(const Plan& plan, const std::vector<char>& cut, const Band& exp
       total += g.node_floats[i];
       arena = std::max(arena, subtree_floats(plan, g, cut, int(i), false, false));
     }
-  kept.data.resize(total);
+  kept.data.resize(total);  // every float is written by its node below
   const int levels = plan.depth + 1;
   std::vector<std::vector<std::int64_t>> add(nodes.size(), std::vector<std::int64_t>(levels, 0)), ent = add;
 #pragma omp parallel
@@ -412,12 +551,12 @@ void run_stage_a(const Plan& plan, const std::vector<char>& cut, const Band& exp
     }
 }
 
-void run_tile(const Plan& plan, const std::vector<char>& cut, const Geometry& tile, const Kept& kept,
-              const StreamParams& params, int x0, int y0, float* arena, TileOutput& out) {
+void run_tile(const Plan& plan, const std::vector<char>& cut, bool fuse_root, const Geometry& tile, const Kept& kept,
+              const Band& exposures, const StreamParams& params, int x0, int y0, float* arena, TileOutput& out) {
   out.additions.assign(plan.depth + 1, 0);
   out.entries.assign(plan.depth + 1, 0);
-  Runner run{plan, cut, tile, x0, y0, nullptr, &kept, out.additions, out.entries};
-  run.root(arena, params, out);
+  Runner run{plan, cut, tile, x0, y0, &exposures, &kept, out.additions, out.entries};
+  run.root(arena, fuse_root, params, out);
 }
 
 }  // namespace shiftstack::tree

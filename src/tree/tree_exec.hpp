@@ -7,7 +7,10 @@
 // Stage B (per tile): above the cut, every node's maps are formed depth first in a per-thread
 // arena over a small tile of origins (its velocities are many, so its working set must stay
 // small), reading the cut nodes' maps where they lie in the band. The root is never stored:
-// each root velocity is formed, scored and thresholded as it is made.
+// each root velocity is formed, scored and thresholded as it is made; with `fuse_root` it is
+// formed from its grandchildren, (g00 + g01) + (g10 + g11), so its children are never stored
+// either (the same floats: the children's maps would be those two sums).
+// Leaves of one exposure are never formed: their parents read the band's exposure copy in place.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -32,7 +35,11 @@ struct AxisGeometry {
   std::array<std::vector<int>, 2> child_rank, child_offset;
 };
 
-// Per-node map shapes over a width x height area of origins.
+// A leaf of one exposure (not the root): its maps would be that exposure moved, so parents read
+// the band's copy of it in place instead.
+bool read_in_place(const Plan& plan, int index);
+
+// Per-node map shapes over a width x height area of origins (a node read in place has none).
 struct Geometry {
   int width = 0, height = 0;
   std::vector<std::array<AxisGeometry, 2>> node;  // per plan node
@@ -40,8 +47,9 @@ struct Geometry {
 };
 Geometry make_geometry(const Plan& plan, int width, int height);
 
-// Which nodes stage A forms: those at `cut_level` >= 1 and the leaves above it (never the root);
-// cut_level > plan.depth leaves stage A the leaves alone.
+// Which nodes stage A forms: those at `cut_level` >= 1 and the leaves above it (never the root,
+// never a leaf read in place); cut_level > plan.depth leaves stage A the leaves of several
+// exposures alone.
 std::vector<char> cut_nodes(const Plan& plan, int cut_level);
 
 // What one stage costs over one area: additions per level (per channel), node velocities
@@ -54,30 +62,41 @@ struct StageCost {
   std::array<int, 2> read_lo{0, 0}, read_hi{0, 0};
   bool reads = false;            // stage A reads exposures (false when nothing is cut)
 };
-StageCost stage_b_cost(const Plan& plan, const Geometry& tile, const std::vector<char>& cut);
+StageCost stage_b_cost(const Plan& plan, const Geometry& tile, const std::vector<char>& cut, bool fuse_root);
+// Whether `fuse_root` changes anything: some child of the root is formed per tile (not a leaf,
+// not cut).
+bool root_fusable(const Plan& plan, const std::vector<char>& cut);
 StageCost stage_a_cost(const Plan& plan, const Geometry& band, const std::vector<char>& cut);
+// The samples every leaf reads over an area (both stages), relative to its first origin:
+// [lo, hi) per axis.
+struct ReadRange {
+  std::array<int, 2> lo{0, 0}, hi{0, 0};
+};
+ReadRange band_reads(const Plan& plan, const Geometry& band);
 
 // A padded, cleaned and weighted copy of every exposure over a rectangle of pixels (zeros
 // outside the image and where decode() reports no valid sample).
 struct Band {
   int x0 = 0, y0 = 0, cols = 0, rows = 0;
   int exposures = 0;
-  std::vector<float> data;  // per exposure: psi plane, then phi plane
+  std::vector<float> data;  // per exposure: psi plane, then phi plane (reused between bands)
   std::size_t plane() const { return std::size_t(cols) * rows; }
   const float* psi(int e) const { return data.data() + 2 * std::size_t(e) * plane(); }
   const float* phi(int e) const { return psi(e) + plane(); }
 };
-void fill_band(const EncodedStack& stack, Band& band);  // band's x0, y0, cols, rows set
+// Writes every sample of the band (its x0, y0, cols, rows set), reusing its storage.
+void fill_band(const EncodedStack& stack, Band& band);
 
 // Stage A's output for one band: the cut nodes' maps over the band's origins.
 struct Kept {
   const Geometry* geometry = nullptr;  // the band-wide geometry
   int x0 = 0, y0 = 0;                  // the band's first origin
   std::vector<std::size_t> offset;     // per node: start of its maps in `data` (cut nodes)
-  std::vector<float> data;
+  std::vector<float> data;             // reused between bands
 };
 
-// Forms every cut node's maps over the band (all threads). Counts into additions/entries.
+// Forms every cut node's maps over the band (all threads), reading leaves from `exposures`.
+// Counts into additions/entries.
 void run_stage_a(const Plan& plan, const std::vector<char>& cut, const Band& exposures, Kept& kept,
                  std::vector<std::int64_t>& additions, std::vector<std::int64_t>& entries);
 
@@ -101,7 +120,7 @@ struct StreamParams {
 
 // Runs stage B over the tile whose first origin is (x0, y0); `arena` holds the tile's
 // stage_b_cost().arena_floats.
-void run_tile(const Plan& plan, const std::vector<char>& cut, const Geometry& tile, const Kept& kept,
-              const StreamParams& params, int x0, int y0, float* arena, TileOutput& out);
+void run_tile(const Plan& plan, const std::vector<char>& cut, bool fuse_root, const Geometry& tile, const Kept& kept,
+              const Band& exposures, const StreamParams& params, int x0, int y0, float* arena, TileOutput& out);
 
 }  // namespace shiftstack::tree

@@ -64,8 +64,14 @@ ZTest z_test(double z) {
   return t;
 }
 
-TREE_KERNEL void score_tile(const RootSources* sources, int velocities, int width, int rows, ZTest screen,
-                            ZTest count_test, bool want_count, TileScore& out, std::uint8_t* hit_out) {
+namespace {
+
+// The scoring loop for N sources per channel (2, or 4 when the root is formed from its
+// grandchildren); inlined into each target's clone below.
+template <int N>
+__attribute__((always_inline)) inline void score_sources(const RootSources* sources, int velocities, int width,
+                                                         int rows, ZTest screen, ZTest count_test, bool want_count,
+                                                         TileScore& out, std::uint8_t* hit_out) {
   // Lane accumulators: FP32 over one velocity (rows * width / 16 values each, about 1e-6
   // relative), then added to double lanes; reduced once per call. A last block that overlaps
   // the one before only counts its new lanes. Branch-free so that it vectorises.
@@ -80,13 +86,19 @@ TREE_KERNEL void score_tile(const RootSources* sources, int velocities, int widt
     int hit[kBlock] = {};
     int any = 0;
     for (int r = 0; r < rows; ++r) {
-      const float* __restrict x0 = src.a0 + std::ptrdiff_t(r) * src.stride0;
-      const float* __restrict x1 = src.a1 + std::ptrdiff_t(r) * src.stride1;
-      const float* __restrict y0 = src.b0 + std::ptrdiff_t(r) * src.stride0;
-      const float* __restrict y1 = src.b1 + std::ptrdiff_t(r) * src.stride1;
+      const float* __restrict x0 = src.a[0] + std::ptrdiff_t(r) * src.stride[0];
+      const float* __restrict x1 = src.a[1] + std::ptrdiff_t(r) * src.stride[1];
+      const float* __restrict y0 = src.b[0] + std::ptrdiff_t(r) * src.stride[0];
+      const float* __restrict y1 = src.b[1] + std::ptrdiff_t(r) * src.stride[1];
+      const float* __restrict x2 = N == 4 ? src.a[2] + std::ptrdiff_t(r) * src.stride[2] : nullptr;
+      const float* __restrict x3 = N == 4 ? src.a[3] + std::ptrdiff_t(r) * src.stride[3] : nullptr;
+      const float* __restrict y2 = N == 4 ? src.b[2] + std::ptrdiff_t(r) * src.stride[2] : nullptr;
+      const float* __restrict y3 = N == 4 ? src.b[3] + std::ptrdiff_t(r) * src.stride[3] : nullptr;
+      auto channel_a = [&](int i) { return N == 4 ? (x0[i] + x1[i]) + (x2[i] + x3[i]) : x0[i] + x1[i]; };
+      auto channel_b = [&](int i) { return N == 4 ? (y0[i] + y1[i]) + (y2[i] + y3[i]) : y0[i] + y1[i]; };
       if (width < kBlock) {
         for (int i = 0; i < width; ++i) {
-          const float A = x0[i] + x1[i], B = y0[i] + y1[i];
+          const float A = channel_a(i), B = channel_b(i);
           if (!(B > 0)) continue;
           tail_a += A;
           tail_b += B;
@@ -100,7 +112,7 @@ TREE_KERNEL void score_tile(const RootSources* sources, int velocities, int widt
         if (i + kBlock > width) i = width - kBlock;
 #pragma omp simd
         for (int l = 0; l < kBlock; ++l) {
-          const float A = x0[i + l] + x1[i + l], B = y0[i + l] + y1[i + l];
+          const float A = channel_a(i + l), B = channel_b(i + l);
           const float q = A * std::fabs(A);
           const int valid = int(B > 0) & int(i + l >= done);
           sa[l] += valid ? A : 0.0f;
@@ -133,6 +145,23 @@ TREE_KERNEL void score_tile(const RootSources* sources, int velocities, int widt
   out.sumB += sumB;
   out.scored += scored;
   out.count += count;
+}
+
+TREE_KERNEL void score_two(const RootSources* sources, int velocities, int width, int rows, ZTest screen,
+                           ZTest count_test, bool want_count, TileScore& out, std::uint8_t* hit) {
+  score_sources<2>(sources, velocities, width, rows, screen, count_test, want_count, out, hit);
+}
+TREE_KERNEL void score_four(const RootSources* sources, int velocities, int width, int rows, ZTest screen,
+                            ZTest count_test, bool want_count, TileScore& out, std::uint8_t* hit) {
+  score_sources<4>(sources, velocities, width, rows, screen, count_test, want_count, out, hit);
+}
+
+}  // namespace
+
+void score_tile(const RootSources* sources, int count, int velocities, int width, int rows, ZTest screen,
+                ZTest count_test, bool want_count, TileScore& out, std::uint8_t* hit) {
+  require(count == 2 || count == 4, "tree: internal: the root sums 2 or 4 sources");
+  (count == 2 ? score_two : score_four)(sources, velocities, width, rows, screen, count_test, want_count, out, hit);
 }
 
 TREE_KERNEL void clean_fp32_row(const float* pairs, int n, float psi_weight, float phi_weight, float* psi,
