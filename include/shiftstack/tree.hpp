@@ -36,7 +36,7 @@ struct TreeOptions {
   // Form the root from its grandchildren, so that its children are never stored (-1: chosen by
   // the engine, 0: never, 1: whenever the root's children are formed per tile).
   int fuse_root = -1;
-  double tile_budget_bytes = 6.0 * 1024 * 1024;
+  double tile_budget_bytes = 16.0 * 1024 * 1024;
   // Largest padded, cleaned copy of the stack held at once (bands of origin rows beyond it).
   double band_budget_bytes = 1024.0 * 1024 * 1024;
   // The exhaustive `cpu` engine runs instead (and the result says so) when the tree would need

@@ -35,10 +35,19 @@ std::vector<int> tile_lengths(const int (&choices)[N], int region_length, int fi
   return out;
 }
 
-// Band-wide maps live in main memory and are streamed; a tile's maps stay in the caches. An
-// addition made band-wide is counted this many times when schedules are compared (measured:
-// docs/tree-search.md).
-constexpr double kBandWideWeight = 3.0;
+// The schedule cost model, in units of one 16-pixel vector of a map formed in a tile from two
+// sources (both channels). Measured with the tree's own kernels on the development machine
+// (AMD EPYC Zen 4, 2 cores; docs/tree-search.md section 5): scoring 16 root trials from two
+// sources costs about 0.9 units, from four (the fused root) 1.5; a map vector formed band-wide
+// (streamed from main memory) 3.6; copying 16 pixels of one exposure into the band about 12. A
+// tile whose per-thread working set outgrows 512 KB pays about a third more per fourfold growth
+// (1.36 at 2 MB, 1.72 at 8 MB).
+constexpr double kRootTwoSources = 0.9, kRootFourSources = 1.5;
+constexpr double kBandWide = 3.6, kCopy = 12.0;
+double cache_factor(double bytes) {
+  constexpr double kResident = 512.0 * 1024;
+  return bytes <= kResident ? 1.0 : 1.0 + 0.18 * std::log2(bytes / kResident);
+}
 
 // How a search runs: the cut between the band-wide stage A and the per-tile stage B, the tile,
 // and how many origin rows a band holds.
@@ -48,7 +57,7 @@ struct Schedule {
   bool fuse_root = false;
   int tile_width = 0, tile_height = 0, band_rows = 0;
   double additions_per_origin = 0;  // both stages, margins included
-  double cost = 0;                  // the same with band-wide additions weighted
+  double cost = 0;                  // modelled cost per origin (units above)
   std::size_t tile_floats = 0;
   double band_bytes = 0;  // exposure copy plus kept maps of one band
 };
@@ -59,8 +68,8 @@ double sum(const std::vector<std::int64_t>& v) {
   return s;
 }
 
-// The schedule with the fewest additions per origin whose per-thread tile fits the cache budget
-// and whose band (exposure copy plus kept maps) fits the band budget, preferring enough tiles to
+// The schedule of least modelled cost per origin whose per-thread tile fits the tile budget and
+// whose band (exposure copy plus kept maps) fits the band budget, preferring enough tiles to
 // keep every thread busy.
 Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOptions& o, int exposures, int threads) {
   const double tile_budget = o.tile_budget_bytes / sizeof(float);
@@ -84,15 +93,18 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
     for (const tree::Geometry& t : tiles) {
       // Bands: whole tile rows; halve until the copy and the kept maps fit.
       int rows = (r.height + t.height - 1) / t.height * t.height;
-      double bytes = 0, a_additions = 0;
+      double bytes = 0, a_additions = 0, a_vectors = 0, copy_vectors = 0;
       for (;;) {
         const int held = std::min(rows, r.height);
         const tree::Geometry& band = band_geometry(held);
         const tree::StageCost a = tree::stage_a_cost(plan, band, cut);
         const tree::ReadRange reads = tree::band_reads(plan, band);
-        const double copy = 8.0 * exposures * double(reads.hi[0] - reads.lo[0]) * double(reads.hi[1] - reads.lo[1]);
-        bytes = copy + 4.0 * double(a.kept_floats);
-        a_additions = sum(a.additions) / (double(r.width) * held);
+        const double pixels = double(reads.hi[0] - reads.lo[0]) * double(reads.hi[1] - reads.lo[1]);
+        const double origins = double(r.width) * held;
+        bytes = 8.0 * exposures * pixels + 4.0 * double(a.kept_floats);
+        a_additions = sum(a.additions) / origins;
+        a_vectors = double(a.vectors) / origins;
+        copy_vectors = exposures * pixels / 16.0 / origins;
         if (bytes <= o.band_budget_bytes || rows <= t.height) break;
         rows = std::max(t.height, (rows / 2) / t.height * t.height);
       }
@@ -100,9 +112,15 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
         if (fuse && (o.fuse_root == 0 || !tree::root_fusable(plan, cut))) continue;
         if (!fuse && o.fuse_root == 1 && tree::root_fusable(plan, cut)) continue;
         const tree::StageCost b = tree::stage_b_cost(plan, t, cut, fuse);
-        const double b_additions = sum(b.additions) / (double(t.width) * t.height);
-        Schedule s{level, cut, fuse, t.width, t.height, rows, b_additions + a_additions,
-                   b_additions + kBandWideWeight * a_additions, b.arena_floats, bytes};
+        const double origins = double(t.width) * t.height;
+        const double b_additions = sum(b.additions) / origins;
+        // Root trials are scored (the fused root's level-1 sums among them); the rest are formed.
+        const double root = double(b.root_vectors) / origins;
+        const double tile_units =
+            root * (fuse ? kRootFourSources : kRootTwoSources) + double(b.vectors) / origins;
+        const double cost =
+            tile_units * cache_factor(4.0 * double(b.arena_floats)) + a_vectors * kBandWide + copy_vectors * kCopy;
+        Schedule s{level, cut, fuse, t.width, t.height, rows, b_additions + a_additions, cost, b.arena_floats, bytes};
         if (fallback.tile_width == 0 || s.tile_floats < fallback.tile_floats) fallback = s;
         if (double(s.tile_floats) > tile_budget || bytes > o.band_budget_bytes) continue;
         const std::int64_t count =

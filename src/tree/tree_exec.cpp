@@ -68,6 +68,9 @@ bool read_in_place(const Plan& plan, int index) {
 
 namespace {
 
+// 16-float blocks per row of a map (rows narrower than a block run as one scalar pass).
+std::int64_t row_blocks(int length) { return std::max<std::int64_t>(1, (length + 15) / 16); }
+
 std::int64_t entries_of(const Geometry& g, int index) {
   return std::int64_t(g.node[index][0].used.size()) * g.node[index][1].used.size();
 }
@@ -102,6 +105,10 @@ void count_subtree(const Plan& plan, const Geometry& g, const std::vector<char>&
   if (!read_in_place(plan, index)) {
     cost.entries[node.level] += entries;
     cost.additions[node.level] += entries * area * (node.leaf() ? node.count - 1 : 1);
+    if (index != 0) {
+      const std::int64_t rows = g.node[index][1].length;
+      cost.vectors += entries * rows * row_blocks(g.node[index][0].length) * (node.leaf() ? node.count : 1);
+    }
   }
   if (node.leaf()) {
     for (int a = 0; a < 2; ++a) {
@@ -204,6 +211,7 @@ StageCost stage_b_cost(const Plan& plan, const Geometry& tile, const std::vector
   const std::int64_t trials = std::int64_t(root.entries()) * tile.width * tile.height;
   c.entries[0] += root.entries();
   c.additions[0] += trials;
+  c.root_vectors = std::int64_t(root.entries()) * tile.height * row_blocks(tile.width);
   for (int side = 0; side < 2; ++side)
     if (fused_side(plan, cut, fuse_root, side)) c.additions[1] += trials;  // (g0 + g1) per root trial
   // The inputs are formed one after the other in the arena, each above the ones before.

@@ -57,6 +57,10 @@ std::vector<char> cut_nodes(const Plan& plan, int cut_level);
 // and the samples it reads relative to the area's first origin.
 struct StageCost {
   std::vector<std::int64_t> additions, entries;
+  // 16-float vector operations per channel, the last partial block of each row counted whole
+  // (copies into leaves included; the root's counted once per trial block): what the schedule
+  // cost model weighs.
+  std::int64_t vectors = 0, root_vectors = 0;
   std::size_t arena_floats = 0;  // stage B: per tile; stage A: per thread, below a cut node
   std::size_t kept_floats = 0;   // stage A: the cut nodes' maps
   std::array<int, 2> read_lo{0, 0}, read_hi{0, 0};

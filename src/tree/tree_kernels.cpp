@@ -68,10 +68,10 @@ namespace {
 
 // The scoring loop for N sources per channel (2, or 4 when the root is formed from its
 // grandchildren); inlined into each target's clone below.
-template <int N>
+template <int N, bool want_count>
 __attribute__((always_inline)) inline void score_sources(const RootSources* sources, int velocities, int width,
-                                                         int rows, ZTest screen, ZTest count_test, bool want_count,
-                                                         TileScore& out, std::uint8_t* hit_out) {
+                                                         int rows, ZTest screen, ZTest count_test, TileScore& out,
+                                                         std::uint8_t* hit_out) {
   // Lane accumulators: FP32 over one velocity (rows * width / 16 values each, about 1e-6
   // relative), then added to double lanes; reduced once per call. A last block that overlaps
   // the one before only counts its new lanes. Branch-free so that it vectorises.
@@ -103,7 +103,7 @@ __attribute__((always_inline)) inline void score_sources(const RootSources* sour
           tail_a += A;
           tail_b += B;
           ++tail_scored;
-          tail_count += passes(A, B, count_test);
+          if (want_count) tail_count += passes(A, B, count_test);
           any |= passes(A, B, screen);
         }
         continue;
@@ -118,7 +118,7 @@ __attribute__((always_inline)) inline void score_sources(const RootSources* sour
           sa[l] += valid ? A : 0.0f;
           sb[l] += valid ? B : 0.0f;
           n_scored[l] += valid;
-          n_count[l] += valid & int(q > cz * B);
+          if (want_count) n_count[l] += valid & int(q > cz * B);
           hit[l] |= valid & int(q > sz * B);
         }
         done = i + kBlock;
@@ -147,21 +147,27 @@ __attribute__((always_inline)) inline void score_sources(const RootSources* sour
   out.count += count;
 }
 
-TREE_KERNEL void score_two(const RootSources* sources, int velocities, int width, int rows, ZTest screen,
-                           ZTest count_test, bool want_count, TileScore& out, std::uint8_t* hit) {
-  score_sources<2>(sources, velocities, width, rows, screen, count_test, want_count, out, hit);
-}
-TREE_KERNEL void score_four(const RootSources* sources, int velocities, int width, int rows, ZTest screen,
-                            ZTest count_test, bool want_count, TileScore& out, std::uint8_t* hit) {
-  score_sources<4>(sources, velocities, width, rows, screen, count_test, want_count, out, hit);
-}
+// One clone per (sources, want_count): the count above z_thr costs a multiply and a compare per
+// trial, and the refining engine does not use it.
+#define TREE_SCORE_KERNEL(name, N, want)                                                                          \
+  TREE_KERNEL void name(const RootSources* sources, int velocities, int width, int rows, ZTest screen,            \
+                        ZTest count_test, TileScore& out, std::uint8_t* hit) {                                    \
+    score_sources<N, want>(sources, velocities, width, rows, screen, count_test, out, hit);                       \
+  }
+TREE_SCORE_KERNEL(score_two, 2, false)
+TREE_SCORE_KERNEL(score_two_counted, 2, true)
+TREE_SCORE_KERNEL(score_four, 4, false)
+TREE_SCORE_KERNEL(score_four_counted, 4, true)
+#undef TREE_SCORE_KERNEL
 
 }  // namespace
 
 void score_tile(const RootSources* sources, int count, int velocities, int width, int rows, ZTest screen,
                 ZTest count_test, bool want_count, TileScore& out, std::uint8_t* hit) {
   require(count == 2 || count == 4, "tree: internal: the root sums 2 or 4 sources");
-  (count == 2 ? score_two : score_four)(sources, velocities, width, rows, screen, count_test, want_count, out, hit);
+  auto* kernel = count == 2 ? (want_count ? score_two_counted : score_two)
+                            : (want_count ? score_four_counted : score_four);
+  kernel(sources, velocities, width, rows, screen, count_test, out, hit);
 }
 
 TREE_KERNEL void clean_fp32_row(const float* pairs, int n, float psi_weight, float phi_weight, float* psi,
