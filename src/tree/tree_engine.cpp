@@ -44,6 +44,8 @@ std::vector<int> tile_lengths(const int (&choices)[N], int region_length, int fi
 // (1.36 at 2 MB, 1.72 at 8 MB).
 constexpr double kRootTwoSources = 0.9, kRootFourSources = 1.5;
 constexpr double kBandWide = 3.6, kCopy = 12.0;
+// A tile reading a band-wide map pays about two units more per vector read (main memory).
+constexpr double kKeptRead = 2.0;
 double cache_factor(double bytes) {
   constexpr double kResident = 512.0 * 1024;
   return bytes <= kResident ? 1.0 : 1.0 + 0.18 * std::log2(bytes / kResident);
@@ -118,8 +120,8 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
         const double root = double(b.root_vectors) / origins;
         const double tile_units =
             root * (fuse ? kRootFourSources : kRootTwoSources) + double(b.vectors) / origins;
-        const double cost =
-            tile_units * cache_factor(4.0 * double(b.arena_floats)) + a_vectors * kBandWide + copy_vectors * kCopy;
+        const double cost = tile_units * cache_factor(4.0 * double(b.arena_floats)) +
+                            double(b.kept_reads) / origins * kKeptRead + a_vectors * kBandWide + copy_vectors * kCopy;
         Schedule s{level, cut, fuse, t.width, t.height, rows, b_additions + a_additions, cost, b.arena_floats, bytes};
         if (fallback.tile_width == 0 || s.tile_floats < fallback.tile_floats) fallback = s;
         if (double(s.tile_floats) > tile_budget || bytes > o.band_budget_bytes) continue;

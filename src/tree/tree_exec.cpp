@@ -124,8 +124,13 @@ void count_subtree(const Plan& plan, const Geometry& g, const std::vector<char>&
     }
     return;
   }
-  for (int child : node.child)
-    if (!(stop_at_cut && cut[child])) count_subtree(plan, g, cut, child, stop_at_cut, cost);
+  for (int child : node.child) {
+    if (!(stop_at_cut && cut[child])) {
+      count_subtree(plan, g, cut, child, stop_at_cut, cost);
+    } else if (index != 0) {
+      cost.kept_reads += entries * g.node[index][1].length * row_blocks(g.node[index][0].length);
+    }
+  }
 }
 
 }  // namespace
@@ -217,7 +222,10 @@ StageCost stage_b_cost(const Plan& plan, const Geometry& tile, const std::vector
   // The inputs are formed one after the other in the arena, each above the ones before.
   std::size_t below = 0;
   for (int input : root_inputs(plan, cut, fuse_root)) {
-    if (cut[input]) continue;
+    if (cut[input]) {
+      c.kept_reads += c.root_vectors;
+      continue;
+    }
     count_subtree(plan, tile, cut, input, true, c);
     c.arena_floats = std::max(c.arena_floats, below + subtree_floats(plan, tile, cut, input, true, true));
     below += tile.node_floats[input];

@@ -61,6 +61,7 @@ struct StageCost {
   // (copies into leaves included; the root's counted once per trial block): what the schedule
   // cost model weighs.
   std::int64_t vectors = 0, root_vectors = 0;
+  std::int64_t kept_reads = 0;  // stage B: vectors read from stage A's maps (main memory)
   std::size_t arena_floats = 0;  // stage B: per tile; stage A: per thread, below a cut node
   std::size_t kept_floats = 0;   // stage A: the cut nodes' maps
   std::array<int, 2> read_lo{0, 0}, read_hi{0, 0};
