@@ -36,16 +36,15 @@ std::vector<int> tile_lengths(const int (&choices)[N], int region_length, int fi
 }
 
 // The schedule cost model, in units of one 16-pixel vector of a map formed in a tile from two
-// sources (both channels). Measured with the tree's own kernels on the development machine
-// (AMD EPYC Zen 4, 2 cores; docs/tree-search.md section 5): scoring 16 root trials from two
-// sources costs about 0.9 units, from four (the fused root) 1.5; a map vector formed band-wide
-// (streamed from main memory) 3.6; copying 16 pixels of one exposure into the band about 12. A
-// tile whose per-thread working set outgrows 512 KB pays about a third more per fourfold growth
-// (1.36 at 2 MB, 1.72 at 8 MB).
+// sources (both channels, about 4-5 ns on the development machine, an AMD EPYC Zen 4 with 2
+// cores, when the tile's maps stay in the L2 cache). Measured with the tree's own kernels there
+// (docs/tree-search.md section 5): scoring 16 root trials from two sources costs about 0.9
+// units, from four (the fused root) 1.5; a map vector formed band-wide (streamed from main
+// memory) 3.6, and a tile's read of one from stage A's maps 2 more; copying 16 pixels of one
+// exposure into the band about 6. A tile whose per-thread working set outgrows 512 KB pays about
+// a third more per fourfold growth (1.36 at 2 MB, 1.72 at 8 MB).
 constexpr double kRootTwoSources = 0.9, kRootFourSources = 1.5;
-constexpr double kBandWide = 3.6, kCopy = 12.0;
-// A tile reading a band-wide map pays about two units more per vector read (main memory).
-constexpr double kKeptRead = 2.0;
+constexpr double kBandWide = 3.6, kKeptRead = 2.0, kCopy = 6.0;
 double cache_factor(double bytes) {
   constexpr double kResident = 512.0 * 1024;
   return bytes <= kResident ? 1.0 : 1.0 + 0.18 * std::log2(bytes / kResident);
