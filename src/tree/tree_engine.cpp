@@ -41,8 +41,8 @@ std::vector<int> tile_lengths(const int (&choices)[N], int region_length, int fi
 // (docs/tree-search.md section 5): scoring 16 root trials from two sources costs about 0.9
 // units, from four (the fused root) 1.5; a map vector formed band-wide (streamed from main
 // memory) 3.6, and a tile's read of one from stage A's maps 2 more; copying 16 pixels of one
-// exposure into the band about 6. A tile whose per-thread working set outgrows 512 KB pays about
-// a third more per fourfold growth (1.36 at 2 MB, 1.72 at 8 MB).
+// exposure into the band about 6. A map formed in a tile whose per-thread working set outgrows
+// 512 KB costs about a third more per fourfold growth (1.36 at 2 MB, 1.72 at 8 MB).
 constexpr double kRootTwoSources = 0.9, kRootFourSources = 1.5;
 constexpr double kBandWide = 3.6, kKeptRead = 2.0, kCopy = 6.0;
 double cache_factor(double bytes) {
@@ -117,9 +117,10 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
         const double b_additions = sum(b.additions) / origins;
         // Root trials are scored (the fused root's level-1 sums among them); the rest are formed.
         const double root = double(b.root_vectors) / origins;
-        const double tile_units =
-            root * (fuse ? kRootFourSources : kRootTwoSources) + double(b.vectors) / origins;
-        const double cost = tile_units * cache_factor(4.0 * double(b.arena_floats)) +
+        // The root only reads (in streams the prefetcher follows): measured, its cost hardly
+        // depends on the working set, while forming maps does.
+        const double cost = root * (fuse ? kRootFourSources : kRootTwoSources) +
+                            double(b.vectors) / origins * cache_factor(4.0 * double(b.arena_floats)) +
                             double(b.kept_reads) / origins * kKeptRead + a_vectors * kBandWide + copy_vectors * kCopy;
         Schedule s{level, cut, fuse, t.width, t.height, rows, b_additions + a_additions, cost, b.arena_floats, bytes};
         if (fallback.tile_width == 0 || s.tile_floats < fallback.tile_floats) fallback = s;
