@@ -135,6 +135,35 @@ TEST(TreeExecutor, EveryTrialIsTheGatherAtThePlansPositions) {
   }
 }
 
+TEST(TreeExecutor, FewExposuresReadInPlaceAndHalfFusedRoots) {
+  // E = 2: both children of the root are single exposures read in place from the band copy.
+  // E = 3: one side is such a leaf and the other a pair, so a fused root sums the pair's two
+  // exposures and the leaf beside a row of zeros. Every trial must be the gather at the plan's
+  // positions either way.
+  for (int exposures : {2, 3}) {
+    KitOptions k = small_tree_kit(11);
+    k.exposures = exposures;
+    const KitStack kit = make_kit(k);
+    const EncodedStack stack = encode_kit(kit);
+    const TreeShiftTables shifts = tree_shift_tables(kit.bank);
+    for (int fuse : {0, 1}) {
+      TreeOptions o = tree_only(false);
+      o.fuse_root = fuse;
+      TreeStats stats;
+      const SearchResult r = run_tree(o, stack, kit.bank, every_trial(), {}, &stats);
+      ASSERT_FALSE(stats.fell_back) << stats.fallback_reason;
+      EXPECT_EQ(stats.fused_root, fuse == 1 && exposures == 3) << "E = " << exposures;
+      ASSERT_EQ(std::int64_t(r.candidates.size()), r.digest.scored);
+      ASSERT_GT(r.digest.scored, 0);
+      for (const Candidate& c : r.candidates) {
+        const auto [A, B] = gather_at(stack, shifts, c.x, c.y, std::size_t(c.velocity), kit.bank.vx_count());
+        ASSERT_NEAR(c.A, A, 1e-5 * std::sqrt(B) + 1e-6 * std::abs(A)) << "E = " << exposures << " fuse " << fuse;
+        ASSERT_NEAR(c.B, B, 1e-5 * B) << "E = " << exposures << " fuse " << fuse;
+      }
+    }
+  }
+}
+
 TEST(TreeExecutor, SameDigestOnAnyThreadCount) {
   const KitStack kit = make_kit(small_kit(5));
   const EncodedStack stack = encode_kit(kit);
