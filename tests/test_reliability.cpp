@@ -1,4 +1,4 @@
-// Reliability (issue 20): shift-range, bank-size and memory checks before any engine runs, and
+// Reliability: shift-range, bank-size and memory checks before any engine runs, and
 // the saturating rounding that keeps bad shifts defined. Each of these ran into undefined
 // behaviour, std::bad_alloc or a multi-gigabyte allocation before the checks existed.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Reliability (issue 20), reading side: the reproducers in tests/data/repro (each crashed, hung,
+// Reliability, reading side: the reproducers in tests/data/repro (each crashed, hung,
 // allocated gigabytes or hit undefined behaviour before), truncated and foreign files, FIFOs,
 // the tool's own outputs among the inputs, and header numbers out of range.
 #include <gtest/gtest.h>

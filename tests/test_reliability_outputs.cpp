@@ -1,4 +1,4 @@
-// Reliability (issue 20), writing side: the result set is committed all or nothing, failures and
+// Reliability, writing side: the result set is committed all or nothing, failures and
 // interrupted runs leave the previous set whole, leftovers are cleaned, one run writes a set at
 // a time, the output folder is checked before any work, and text that is not UTF-8 cannot stop
 // the summary.

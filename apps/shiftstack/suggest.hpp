@@ -7,35 +7,13 @@
 #include <string>
 #include <vector>
 
-namespace shiftstack::cli {
+#include "shiftstack/spelling.hpp"
 
-inline std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
+namespace shiftstack::cli {
 
 // The closest of `known` to `word` within a few edits (scaled with the length), or "".
 inline std::string closest(const std::string& word, const std::vector<std::string>& known) {
-  std::string best;
-  std::size_t best_distance = std::max<std::size_t>(2, word.size() / 3) + 1;
-  for (const auto& k : known) {
-    const std::size_t d = edit_distance(word, k);
-    if (d < best_distance) {
-      best_distance = d;
-      best = k;
-    }
-  }
-  return best;
+  return closest_name(word, known, std::max<std::size_t>(2, word.size() / 3) + 1);
 }
 
 inline std::vector<std::string> option_names(const CLI::App& app) {

@@ -17,6 +17,7 @@
 #include "io/config_internal.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/multi_device.hpp"
+#include "shiftstack/spelling.hpp"
 
 namespace shiftstack::io {
 
@@ -145,15 +146,7 @@ std::string unknown_key_message(const std::string& key, const std::string& sourc
     if (name == key)
       return source + ": '" + key + "' is a key of older KBMOD versions; current KBMOD no longer reads it either" +
              (hint.empty() ? "" : " (" + hint + ")") + "; delete it";
-  std::string best;
-  std::size_t best_distance = 4;  // suggest only close spellings
-  for (const auto& k : known) {
-    const std::size_t d = edit_distance(key, k);
-    if (d < best_distance) {
-      best_distance = d;
-      best = k;
-    }
-  }
+  const std::string best = closest_name(key, known, 4);  // suggest only close spellings
   return source + ": unknown key '" + key + "'" + (best.empty() ? "" : " (did you mean '" + best + "'?)") +
          "; `shiftstack dump-config` lists every key";
 }

@@ -38,6 +38,5 @@ void check_duplicate_keys(const YAML::Node& n, const std::string& source, const 
 VelocityGenerator parse_generator(const YAML::Node& n);
 
 // Edit distance, for "did you mean" suggestions.
-std::size_t edit_distance(const std::string& a, const std::string& b);
 
 }  // namespace shiftstack::io::detail
