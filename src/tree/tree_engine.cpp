@@ -58,6 +58,7 @@ struct Schedule {
   bool fuse_root = false;
   int tile_width = 0, tile_height = 0, band_rows = 0;
   double additions_per_origin = 0;  // both stages, margins included
+  double shared_additions_per_origin = 0;  // the same with the root's children formed and shared
   double cost = 0;                  // modelled cost per origin (units above)
   std::size_t tile_floats = 0;
   double band_bytes = 0;  // exposure copy plus kept maps of one band
@@ -122,7 +123,10 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
         const double cost = root * (fuse ? kRootFourSources : kRootTwoSources) +
                             double(b.vectors) / origins * cache_factor(4.0 * double(b.arena_floats)) +
                             double(b.kept_reads) / origins * kKeptRead + a_vectors * kBandWide + copy_vectors * kCopy;
-        Schedule s{level, cut, fuse, t.width, t.height, rows, b_additions + a_additions, cost, b.arena_floats, bytes};
+        // The fallback rule judges the tree's own sums, each made once: unfused.
+        const double shared =
+            fuse ? sum(tree::stage_b_cost(plan, t, cut, false).additions) / origins + a_additions : b_additions + a_additions;
+        Schedule s{level, cut, fuse, t.width, t.height, rows, b_additions + a_additions, shared, cost, b.arena_floats, bytes};
         if (fallback.tile_width == 0 || s.tile_floats < fallback.tile_floats) fallback = s;
         if (double(s.tile_floats) > tile_budget || bytes > o.band_budget_bytes) continue;
         const std::int64_t count =
@@ -196,7 +200,7 @@ SearchResult TreeEngine::search(const SearchInput& in) {
   stats_.nodes = std::int64_t(plan.nodes.size());
   if (plan.nodes[0].leaf()) return fall_back("the whole bank is one velocity per axis over the span");
   const Schedule run = choose_schedule(plan, r, options_, s.exposures, threads);
-  const double per_trial = run.additions_per_origin / double(bank.size());
+  const double per_trial = run.shared_additions_per_origin / double(bank.size());
   if (per_trial > options_.fallback_fraction * s.exposures) {
     char why[200];
     std::snprintf(why, sizeof why, "the tree would need %.3g additions per trial against E = %d exposures", per_trial,
