@@ -19,7 +19,7 @@
 #include "commands.hpp"
 #include "options.hpp"
 #include "progress.hpp"
-#include "run_info.hpp"
+#include "validation/run_info.hpp"
 #include "shiftstack/cpu_engine.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "commands.hpp"
-#include "run_info.hpp"
+#include "validation/run_info.hpp"
 #include "shiftstack/error.hpp"
 #include "shiftstack/search.hpp"
 #include "shiftstack/tree.hpp"

@@ -2,22 +2,17 @@
 // and the state of the CUDA device, for Python.
 #include <omp.h>
 
-#include <ctime>
-#include <fstream>
-
 #include "bindings.hpp"
 #include "core/engine_registry.hpp"
 #include "shiftstack/digest.hpp"
 #include "shiftstack/search.hpp"
 #include "shiftstack/synth.hpp"
 #include "shiftstack/validation.hpp"
+#include "validation/run_info.hpp"
 #ifdef SHIFTSTACK_HAVE_CUDA
 #include <cuda_runtime.h>
 
 #include "cuda/common/device_stack.hpp"
-namespace shiftstack {
-std::string cuda_device_name();  // src/cuda/common/device.cu
-}
 #endif
 
 namespace shiftstack::python {
@@ -45,38 +40,10 @@ Digest digest_from(const py::dict& d) {
   return out;
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-    }
-  return "unknown model";
-}
-
-std::string machine(bool gpu) {
-#ifdef SHIFTSTACK_HAVE_CUDA
-  if (gpu) return cuda_device_name();
-#endif
-  (void)gpu;
-  return "cpu: " + cpu_model() + " (" + std::to_string(omp_get_num_procs()) + " cores)";
-}
-
 bool engine_is_gpu(const std::string& name) {
   for (const auto& e : engines())
     if (e.name == name) return e.gpu;
   return false;
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
 }
 
 NullWindowPlacement placement_of(const std::string& name) {
@@ -128,7 +95,7 @@ void bind_tools(py::module_& m) {
       }, py::arg("reference"), py::arg("test"), py::arg("tolerance") = "fp32", py::arg("near_threshold") = -1,
       "Compare two digests with SPEC 4's tolerances (fp32 or reduced); near_threshold = reference trials "
       "within 1e-4 of z_thr (-1: counts must be equal).");
-  m.def("machine", &machine, py::arg("gpu") = false, "The CPU model (or the GPU's name) as benchmark records name it.");
+  m.def("machine", &machine_name, py::arg("gpu") = false, "The CPU model (or the GPU's name) as benchmark records name it.");
   m.def("threads", [] { return omp_get_max_threads(); }, "CPU threads the engines use (OMP_NUM_THREADS).");
 
   m.def("_validate", [](const std::string& engine, const std::string& encoding, const std::string& baseline,
@@ -157,7 +124,7 @@ void bind_tools(py::module_& m) {
           report = run_validation(o);
         }
         Provenance p;
-        p.card = machine(engine_is_gpu(engine) || engine_is_gpu(baseline));
+        p.card = machine_name(engine_is_gpu(engine) || engine_is_gpu(baseline));
         p.commit = SHIFTSTACK_VERSION;
         p.date = utc_now();
         p.command = "shiftstack.validate (Python)";

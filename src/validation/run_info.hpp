@@ -1,4 +1,5 @@
-// Provenance of a measurement for result records: the machine, the source revision, the time.
+// Provenance of a measurement for result records (bench, validate, the Python module): the
+// machine, the source revision, the time. commit_id() reads the tree when SHIFTSTACK_SOURCE_DIR is set.
 #pragma once
 #include <omp.h>
 
@@ -13,7 +14,7 @@ std::string cuda_device_name();  // src/cuda/device.cu
 #endif
 }  // namespace shiftstack
 
-namespace shiftstack::cli {
+namespace shiftstack {
 
 // The first line of `text`, without its line ending.
 inline std::string first_line(std::string text) {
@@ -72,4 +73,4 @@ inline std::string utc_now() {
   return text;
 }
 
-}  // namespace shiftstack::cli
+}  // namespace shiftstack
