@@ -353,7 +353,7 @@ void write_column_fits(const ResultTable& single, const std::string& path, bool 
   require(!single.columns.empty(), path + ": no column to write");
   const Column& column = single.columns.front();
   const Column* uuid = single.find("uuid");
-  write_fits_atomically(path, [&](FitsFile& f) {
+  write_fits_atomically(path, "column", [&](FitsFile& f) {
     empty_primary(f);
     int status = 0;
     LONGLONG rows = LONGLONG(single.rows);
