@@ -14,7 +14,6 @@
 #include "cuda/tree/cuda_tree.hpp"
 #include "cuda/tree/tree_gpu.cuh"
 #include "shiftstack/error.hpp"
-#include "tree/tree_exec.hpp"
 #include "tree/tree_kernels.hpp"
 #include "tree/tree_plan.hpp"
 #include "tree/tree_refine.hpp"
@@ -46,119 +45,37 @@ std::vector<double> bank_key(const MotionBank& b, const TreeOptions& o) {
   return k;
 }
 
-// One level of the plan over one band height: its entries and their device copies.
-struct LevelTables {
-  std::vector<ParentEntry> parents;
-  std::vector<LeafEntry> leaves;
-  std::vector<LeafSample> samples;
-  DeviceArray<ParentEntry> device_parents;
-  DeviceArray<LeafEntry> device_leaves;
-  DeviceArray<LeafSample> device_samples;
-  int parent_rows = 0, leaf_rows = 0;  // tallest map
-  std::size_t floats = 0;
-  std::int64_t additions = 0;
-};
-
-// The plan over a band of `rows` origin rows and the region's width: every node's maps at a fixed
-// place in its level's buffer (levels alternate between two buffers), and the root's read tables.
+// A band plan with its device copies.
 struct BandTables {
-  int rows = 0;
-  std::vector<LevelTables> level;  // [0 .. depth]; level 0 (the root) holds no maps
+  BandPlan plan;
+  struct Level {
+    DeviceArray<ParentEntry> parents;
+    DeviceArray<LeafEntry> leaves;
+    DeviceArray<LeafSample> samples;
+  };
+  std::vector<Level> level;
   DeviceArray<std::int64_t> x_part, y_part;
   RootTables root;
-  std::size_t buffer_floats[2] = {0, 0};
-  int read_lo[2] = {0, 0}, read_hi[2] = {0, 0};  // samples the leaves read, from the band's first origin
-  std::int64_t root_additions = 0;
 
-  BandTables(const tree::Plan& plan, int width, int rows_) : rows(rows_) {
-    const tree::Geometry geo = tree::make_geometry(plan, width, rows);
-    const std::size_t N = plan.nodes.size();
-    level.resize(plan.depth + 1);
-    std::vector<std::int64_t> offset(N, 0);
-    for (std::size_t n = 1; n < N; ++n) {
-      LevelTables& L = level[plan.nodes[n].level];
-      offset[n] = std::int64_t(L.floats);
-      L.floats += geo.node_floats[n];
+  BandTables(const tree::Plan& tree_plan, int width, int rows) : plan(make_band_plan(tree_plan, width, rows)) {
+    level.resize(plan.level.size());
+    for (std::size_t l = 1; l < plan.level.size(); ++l) {
+      level[l].parents.upload(plan.level[l].parents);
+      level[l].leaves.upload(plan.level[l].leaves);
+      level[l].samples.upload(plan.level[l].samples);
     }
-    bool reads = false;
-    for (std::size_t n = 1; n < N; ++n) {
-      const tree::Node& node = plan.nodes[n];
-      LevelTables& L = level[node.level];
-      const tree::AxisGeometry &gx = geo.node[n][0], &gy = geo.node[n][1];
-      const int W = gx.length, H = gy.length;
-      const std::int64_t plane = std::int64_t(W) * H, nux = std::int64_t(gx.used.size());
-      for (int jy : gy.used)
-        for (int jx : gx.used) {
-          const std::int64_t out = offset[n] + 2 * plane * (gy.rank[jy] * nux + gx.rank[jx]);
-          if (node.leaf()) {
-            LeafEntry e{out, plane, W, H, int(L.samples.size()), node.count};
-            for (int i = 0; i < node.count; ++i) {
-              const int dx = gx.base[jx] + node.axis[0].exposure_shift[std::size_t(jx) * node.count + i];
-              const int dy = gy.base[jy] + node.axis[1].exposure_shift[std::size_t(jy) * node.count + i];
-              L.samples.push_back({plan.order[node.first + i], dx, dy});
-              if (!reads) read_lo[0] = dx, read_lo[1] = dy, read_hi[0] = dx + W, read_hi[1] = dy + H;
-              reads = true;
-              read_lo[0] = std::min(read_lo[0], dx), read_lo[1] = std::min(read_lo[1], dy);
-              read_hi[0] = std::max(read_hi[0], dx + W), read_hi[1] = std::max(read_hi[1], dy + H);
-            }
-            L.leaves.push_back(e);
-            L.leaf_rows = std::max(L.leaf_rows, H);
-            L.additions += plane * (node.count - 1);
-            continue;
-          }
-          ParentEntry e{};
-          e.out = out;
-          e.out_plane = plane;
-          e.width = W;
-          e.height = H;
-          for (int ci = 0; ci < 2; ++ci) {
-            const int child = node.child[ci];
-            const tree::AxisGeometry &cx = geo.node[child][0], &cy = geo.node[child][1];
-            const std::int64_t cplane = std::int64_t(cx.length) * cy.length;
-            e.src[ci] = offset[child] +
-                        2 * cplane * (std::int64_t(gy.child_rank[ci][jy]) * std::int64_t(cx.used.size()) +
-                                      gx.child_rank[ci][jx]) +
-                        std::int64_t(gy.child_offset[ci][jy]) * cx.length + gx.child_offset[ci][jx];
-            e.src_plane[ci] = cplane;
-            e.stride[ci] = cx.length;
-          }
-          L.parents.push_back(e);
-          L.parent_rows = std::max(L.parent_rows, H);
-          L.additions += plane;
-        }
-    }
-    for (int l = 1; l <= plan.depth; ++l) {
-      LevelTables& L = level[l];
-      buffer_floats[l % 2] = std::max(buffer_floats[l % 2], L.floats);
-      L.device_parents.upload(L.parents);
-      L.device_leaves.upload(L.leaves);
-      L.device_samples.upload(L.samples);
-    }
-    // The root: trial (i, r, a, b) reads child c's map of velocity (child_rank x, child_rank y).
-    const tree::Node& top = plan.nodes[0];
-    const int Va = top.axis[0].size(), Vb = top.axis[1].size();
-    const tree::AxisGeometry &px = geo.node[0][0], &py = geo.node[0][1];
-    std::vector<std::int64_t> xp(2 * std::size_t(Va)), yp(2 * std::size_t(Vb));
-    for (int c = 0; c < 2; ++c) {
-      const int child = top.child[c];
-      const tree::AxisGeometry &cx = geo.node[child][0], &cy = geo.node[child][1];
-      const std::int64_t cplane = std::int64_t(cx.length) * cy.length;
-      for (int a = 0; a < Va; ++a) xp[c * Va + a] = 2 * cplane * px.child_rank[c][a] + px.child_offset[c][a];
-      for (int b = 0; b < Vb; ++b)
-        yp[c * Vb + b] = offset[child] + 2 * cplane * std::int64_t(cx.used.size()) * py.child_rank[c][b] +
-                         std::int64_t(py.child_offset[c][b]) * cx.length;
-      root.plane[c] = cplane;
-      root.stride[c] = cx.length;
-    }
-    x_part.upload(xp);
-    y_part.upload(yp);
+    x_part.upload(plan.x_part);
+    y_part.upload(plan.y_part);
     root.x_part = x_part.get();
     root.y_part = y_part.get();
-    root.Va = Va;
-    root.Vb = Vb;
-    root_additions = std::int64_t(Va) * Vb * width * rows;
+    for (int c = 0; c < 2; ++c) {
+      root.plane[c] = plan.plane[c];
+      root.stride[c] = plan.stride[c];
+    }
+    root.Va = plan.Va;
+    root.Vb = plan.Vb;
   }
-  double bytes() const { return 4.0 * double(buffer_floats[0] + buffer_floats[1]); }
+  double bytes() const { return plan.bytes(); }
 };
 
 // Free device memory the level buffers may take (the cube already resident).
@@ -249,7 +166,9 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   // band's window of it.
   const bool fractional = bank.mode == ShiftMode::fractional;
   const PixelRect image{0, 0, s.width, s.height};
-  const bool resident = cube_bytes(s, image, fractional) <= std::size_t(0.5 * double(available_for_cube()));
+  const std::size_t cube_limit =
+      memory_budget() > 0 ? memory_budget() : std::size_t(0.5 * double(available_for_cube()));
+  const bool resident = cube_bytes(s, image, fractional) <= cube_limit;
   stats_.cube_resident = resident;
   StackView view;
   if (resident) view = acquire_stack(s, image, fractional);
@@ -263,8 +182,8 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   stats_.bands = band_count;
   {
     BandTables& full = st.tables(r.width, rows);
-    double additions = double(full.root_additions);
-    for (const LevelTables& L : full.level) additions += double(L.additions);
+    double additions = double(full.plan.root_additions);
+    for (const LevelPlan& L : full.plan.level) additions += double(L.additions);
     const double per_trial = additions * band_count / double(stats_.trials);
     if (per_trial > options_.fallback_fraction * s.exposures) {
       char why[200];
@@ -297,24 +216,25 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
         if (in.policy.stop_requested()) throw Cancelled(name_ + ": search stopped on request");
         const int y0 = r.y0 + band * rows, h = std::min(rows, r.y0 + r.height - y0);
         BandTables& T = st.tables(r.width, h);
-        for (int b = 0; b < 2; ++b) st.buffer[b].resize(std::max(T.buffer_floats[b], std::size_t(1)));
+        for (int b = 0; b < 2; ++b) st.buffer[b].resize(std::max(T.plan.buffer_floats[b], std::size_t(1)));
         stats_.level_bytes = std::max(stats_.level_bytes, T.bytes());
         StackView band_view = view;
         if (!resident) {
-          const int x_lo = std::max(0, r.x0 + T.read_lo[0]), y_lo = std::max(0, y0 + T.read_lo[1]);
-          const int x_hi = std::min(s.width, r.x0 + T.read_hi[0]), y_hi = std::min(s.height, y0 + T.read_hi[1]);
+          const int x_lo = std::max(0, r.x0 + T.plan.read_lo[0]), y_lo = std::max(0, y0 + T.plan.read_lo[1]);
+          const int x_hi = std::min(s.width, r.x0 + T.plan.read_hi[0]);
+          const int y_hi = std::min(s.height, y0 + T.plan.read_hi[1]);
           band_view = acquire_stack(s, PixelRect{x_lo, y_lo, std::max(1, x_hi - x_lo), std::max(1, y_hi - y_lo)});
         }
         for (int l = plan.depth; l >= 1; --l) {
-          LevelTables& L = T.level[l];
+          const LevelPlan& L = T.plan.level[l];
           float* out = st.buffer[l % 2].get();
-          launch_leaves(band_view, L.device_leaves.get(), int(L.leaves.size()), L.leaf_rows, L.device_samples.get(),
-                        r.x0, y0, out, 0);
-          launch_parents(L.device_parents.get(), int(L.parents.size()), L.parent_rows, st.buffer[(l + 1) % 2].get(),
-                         out, 0);
+          launch_leaves(band_view, T.level[l].leaves.get(), int(L.leaves.size()), L.leaf_rows,
+                        T.level[l].samples.get(), r.x0, y0, out, 0);
+          launch_parents(T.level[l].parents.get(), int(L.parents.size()), L.parent_rows,
+                         st.buffer[(l + 1) % 2].get(), out, 0);
           stats_.level_additions[l] += L.additions;
         }
-        stats_.level_additions[0] += T.root_additions;
+        stats_.level_additions[0] += T.plan.root_additions;
         RootParams p;
         p.x0 = r.x0;
         p.y0 = y0;

@@ -8,30 +8,9 @@
 #include <cstdint>
 
 #include "cuda/common/device_stack.cuh"
+#include "cuda/tree/tree_tables.hpp"
 
 namespace shiftstack::cuda::tree_gpu {
-
-// One node velocity of a parent node: per map pixel, A = child0 + child1 and B likewise.
-// Offsets are in floats; every map is an A plane followed by its B plane.
-struct ParentEntry {
-  std::int64_t out;           // this entry's A plane in the level buffer
-  std::int64_t out_plane;     // B plane = A plane + out_plane
-  std::int64_t src[2];        // first sample read from each child's A plane (child level buffer)
-  std::int64_t src_plane[2];  // each child's plane size
-  int width, height;
-  int stride[2];              // each child's row length
-};
-
-// One node velocity of a leaf: the sum of its exposures, each at its own shift, in plan order.
-struct LeafEntry {
-  std::int64_t out, out_plane;
-  int width, height;
-  int first, count;  // its samples: LeafSample[first .. first + count)
-};
-struct LeafSample {
-  int exposure;
-  int dx, dy;  // image position of map pixel (0, 0), relative to the band's first origin
-};
 
 // The root's reads: trial (i, r, a, b) sums child c's maps at
 // x_part[c * Va + a] + y_part[c * Vb + b] + r * stride[c] + i (A), + plane[c] (B).
