@@ -441,10 +441,12 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
 }
 
 void register_cuda_tree_engines() {
+  // Preference below cuda-tc and cuda-fast: the auto choice only once its validation on the GPU
+  // shows completeness equal to theirs (docs/tree-search.md, "cuda-tree").
   EngineInfo tree{"cuda-tree",
                   "cpu-tree's tree of partial sums on the GPU: levels as batched shift-and-add, the root "
                   "streamed and screened, screened trials re-scored exactly on the device",
-                  true, 30, [] { return std::make_unique<CudaTreeEngine>(); }, cuda_device_available};
+                  true, 25, [] { return std::make_unique<CudaTreeEngine>(); }, cuda_device_available};
   tree.digest_kind = DigestKind::refined;
   register_engine(std::move(tree));
   EngineInfo screen{"cuda-tree-screen",
