@@ -25,6 +25,7 @@
 #include "shiftstack/likelihood.hpp"
 #ifdef SHIFTSTACK_HAVE_CUDA
 #include "../../src/cuda/spectral/spectral_engine.hpp"  // stage times of the Fourier-route engines
+#include "../../src/cuda/tree/cuda_tree.hpp"             // cuda-tree's counts and stage times
 #endif
 #include "shiftstack/tree.hpp"
 
@@ -480,6 +481,18 @@ void run_bench(const BenchOptions& o) {
                                               {"max_tree", pe.max_tree}};
         }
       }
+#ifdef SHIFTSTACK_HAVE_CUDA
+      if (const auto* gpu_tree = dynamic_cast<const cuda::CudaTreeEngine*>(engine.get())) {
+        const cuda::CudaTreeStats& t = gpu_tree->last_stats();
+        record["cuda_tree"] = {{"fell_back", t.fell_back}, {"fallback_reason", t.fallback_reason},
+                               {"additions_per_trial", t.additions_per_trial()}, {"level_additions", t.level_additions},
+                               {"bands", t.bands}, {"band_rows", t.band_rows}, {"level_bytes", t.level_bytes},
+                               {"cube_resident", t.cube_resident}, {"z_screen", t.z_screen},
+                               {"screened", t.screened}, {"refined", t.refined}, {"refine_rounds", t.refine_rounds},
+                               {"seconds_tree", t.seconds_tree}, {"seconds_refine", t.seconds_refine},
+                               {"seconds_total", t.seconds_total}};
+      }
+#endif
       records.push_back(record);
       std::printf("%-14s %-8s %10.4g %10.4g %10.4g %12.4g %9.4f %7lld %s\n", engine_name.c_str(),
                   encoding.c_str(), t, record["seconds_min"].get<double>(),
@@ -487,6 +500,19 @@ void run_bench(const BenchOptions& o) {
                   static_cast<long long>(digest.count), agrees.c_str());
       stages.print();
       if (record.contains("tree")) print_tree_record(record["tree"]);
+      if (record.contains("cuda_tree")) {
+        const auto& t = record["cuda_tree"];
+        if (t["fell_back"].get<bool>())
+          std::printf("  cuda-tree: ran the exhaustive cuda-fast engine: %s\n", t["fallback_reason"].get<std::string>().c_str());
+        else
+          std::printf("  cuda-tree: %.3f additions per trial per channel, %d band(s) of %d rows, levels %.1f MB; "
+                      "screen z > %.3f: %lld trials, %lld re-scored in %d rounds; last run: tree %.3f ms, refine %.3f ms\n",
+                      t["additions_per_trial"].get<double>(), t["bands"].get<int>(), t["band_rows"].get<int>(),
+                      t["level_bytes"].get<double>() / 1e6, t["z_screen"].get<double>(),
+                      (long long)t["screened"].get<std::int64_t>(), (long long)t["refined"].get<std::int64_t>(),
+                      t["refine_rounds"].get<int>(), 1e3 * t["seconds_tree"].get<double>(),
+                      1e3 * t["seconds_refine"].get<double>());
+      }
       std::fflush(stdout);
     }
   }

@@ -5,6 +5,7 @@
 
 #include "cuda/gather/gather_engines.hpp"
 #include "cuda/spectral/spectral_engine.hpp"
+#include "cuda/tree/cuda_tree.hpp"
 #include "core/engine_registry.hpp"
 
 namespace shiftstack {
@@ -31,6 +32,7 @@ void register_cuda_engines() {
   cuda::register_fourier_engine();
   cuda::register_separable_gemm_engine();
   cuda::register_tensor_core_engine();
+  cuda::register_cuda_tree_engines();
 }
 
 }  // namespace shiftstack

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# cuda-tree's checks and measurements on one GPU, in one call of under ten minutes: the tree's GPU
+# tests and its parity cases, compute-sanitizer memcheck and racecheck on its tests, then
+# `shiftstack bench` of cuda-tree beside cuda-fast and cuda-tc on dense (one run: the ratios the
+# issue asks for), and cuda-tree beside cuda-fast on nights, kbmod and deep.
+# Binaries are built elsewhere and carried (BIN, with LIBS for the shared libraries the GPU
+# machine lacks). Logs and JSON land in $OUT; a summary is printed last.
+set -u
+out=${OUT:-h200-tree-out}
+bin=${BIN:-build/bin}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=${LIBS:+$(realpath "$LIBS"):}${LD_LIBRARY_PATH:-}
+end=$(( $(date +%s) + ${DEADLINE:-560} ))
+within() { local left=$(( end - $(date +%s) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
+step() { echo "== $(date +%T) $*" | tee -a "$out/summary.txt"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee -a "$out/summary.txt"
+step "cuda-tree tests and parity"
+timeout "$(within 150)" "$bin/shiftstack_gpu_tests" --gtest_filter='CudaTree*:*cuda_tree*' --gtest_brief=1 \
+  > "$out/tree_tests.log" 2>&1
+echo "exit $?" | tee -a "$out/tree_tests.log" "$out/summary.txt"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST|Failure" "$out/tree_tests.log" | tail -12 | tee -a "$out/summary.txt"
+for tool in memcheck racecheck; do
+  step "compute-sanitizer $tool: CudaTreeSanitizer.*"
+  timeout "$(within 120)" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/shiftstack_gpu_tests" \
+    --gtest_filter='CudaTreeSanitizer.*' > "$out/sanitizer_$tool.log" 2>&1
+  echo "exit $?" | tee -a "$out/sanitizer_$tool.log" "$out/summary.txt"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$out/sanitizer_$tool.log" | tail -3 | tee -a "$out/summary.txt"
+done
+bench() {  # workload, seconds, engines...
+  local workload=$1 limit=$2
+  shift 2
+  step "bench $workload: $*"
+  timeout "$(within "$limit")" "$bin/shiftstack" bench --workload "$workload" --engine "$@" --encoding fp32 \
+    --runs 5 --baseline cuda-fast --json "$out/bench_$workload.json" > "$out/bench_$workload.txt" 2>&1
+  echo "exit $?" >> "$out/bench_$workload.txt"
+  grep -vE "^\s*$" "$out/bench_$workload.txt" | tail -12 | tee -a "$out/summary.txt"
+}
+bench dense 120 cuda-tree cuda-fast cuda-tc
+bench nights 60 cuda-tree cuda-fast
+bench kbmod 60 cuda-tree cuda-fast
+bench deep 150 cuda-tree cuda-fast
+step "done"

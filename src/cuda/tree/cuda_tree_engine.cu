@@ -1,0 +1,465 @@
+// The host side of `cuda-tree`: the plan (cpu-tree's, cached per bank), its levels as device
+// tables per band height, bands of origin rows within the free device memory, the screen passes,
+// the exact refinement of the screened trials on the device, and the result as cpu-tree builds it.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <unordered_set>
+
+#include "core/engine_registry.hpp"
+#include "cuda/common/device_buffer.cuh"
+#include "cuda/common/device_stack.hpp"
+#include "cuda/tree/cuda_tree.hpp"
+#include "cuda/tree/tree_gpu.cuh"
+#include "shiftstack/error.hpp"
+#include "tree/tree_kernels.hpp"
+#include "tree/tree_plan.hpp"
+#include "tree/tree_refine.hpp"
+
+namespace shiftstack {
+bool cuda_device_available();  // common/device.cu
+}
+
+namespace shiftstack::cuda {
+
+using namespace tree_gpu;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Everything the plan depends on, to reuse it while the bank stays the same.
+std::vector<double> bank_key(const MotionBank& b, const TreeOptions& o) {
+  std::vector<double> k = {double(b.exposures()), b.t_ref, double(b.vx_axis.size()), double(b.vy_axis.size()),
+                           o.oversample, double(o.child_reach)};
+  k.insert(k.end(), b.epochs.begin(), b.epochs.end());
+  k.insert(k.end(), b.vx_axis.begin(), b.vx_axis.end());
+  k.insert(k.end(), b.vy_axis.begin(), b.vy_axis.end());
+  for (int e = 0; e < b.exposures(); ++e) {
+    k.push_back(b.curve_at_x(e));
+    k.push_back(b.curve_at_y(e));
+  }
+  return k;
+}
+
+// A band plan with its device copies.
+struct BandTables {
+  BandPlan plan;
+  struct Level {
+    DeviceArray<ParentEntry> parents;
+    DeviceArray<LeafEntry> leaves;
+    DeviceArray<LeafSample> samples;
+  };
+  std::vector<Level> level;
+  DeviceArray<std::int64_t> x_part, y_part;
+  RootTables root;
+
+  BandTables(const tree::Plan& tree_plan, int width, int rows) : plan(make_band_plan(tree_plan, width, rows)) {
+    level.resize(plan.level.size());
+    for (std::size_t l = 1; l < plan.level.size(); ++l) {
+      level[l].parents.upload(plan.level[l].parents);
+      level[l].leaves.upload(plan.level[l].leaves);
+      level[l].samples.upload(plan.level[l].samples);
+    }
+    x_part.upload(plan.x_part);
+    y_part.upload(plan.y_part);
+    root.x_part = x_part.get();
+    root.y_part = y_part.get();
+    for (int c = 0; c < 2; ++c) {
+      root.plane[c] = plan.plane[c];
+      root.stride[c] = plan.stride[c];
+    }
+    root.Va = plan.Va;
+    root.Vb = plan.Vb;
+  }
+  double bytes() const { return plan.bytes(); }
+};
+
+// Free device memory the level buffers may take (the cube already resident).
+double level_budget() {
+  std::size_t free_bytes = 0, total = 0;
+  SHIFTSTACK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return 0.6 * double(free_bytes) / std::max(1, device_sharing());
+}
+
+}  // namespace
+
+double CudaTreeStats::additions_per_trial() const {
+  double sum = 0;
+  for (std::int64_t a : level_additions) sum += double(a);
+  return trials > 0 ? sum / double(trials) : 0.0;
+}
+
+struct CudaTreeEngine::State {
+  std::vector<double> key;
+  tree::Plan plan;
+  std::map<std::pair<int, int>, std::unique_ptr<BandTables>> bands;  // by (width, rows)
+  DeviceArray<float> buffer[2];
+  DeviceArray<Hit> hits;
+  DeviceArray<unsigned long long> hit_count;
+  DeviceArray<RootPartial> partials;
+  // Exact re-scoring: shifts per axis value, trials and their sums.
+  DeviceArray<int> ix, iy;
+  DeviceArray<double> sx, sy;
+  DeviceArray<Trial> trials;
+  DeviceArray<ExactSums> sums;
+  std::uint64_t exact_bank = 0;
+  std::vector<double> exact_key;
+
+  BandTables& tables(int width, int rows) {
+    auto& slot = bands[{width, rows}];
+    if (!slot) slot = std::make_unique<BandTables>(plan, width, rows);
+    return *slot;
+  }
+};
+
+CudaTreeEngine::CudaTreeEngine(TreeOptions options, std::string name)
+    : options_(options), name_(std::move(name)), state_(std::make_unique<State>()) {
+  require(options_.screen_margin >= 0 && std::isfinite(options_.screen_margin),
+          name_ + ": screen_margin must be >= 0, got " + std::to_string(options_.screen_margin));
+  require(options_.oversample > 0 && options_.child_reach >= 0 && options_.fallback_fraction > 0,
+          name_ + ": oversample and fallback_fraction must be > 0, child_reach >= 0");
+  require(options_.tile_height >= 0, name_ + ": band rows (tile_height) must be >= 0");
+}
+
+CudaTreeEngine::~CudaTreeEngine() = default;
+
+std::string CudaTreeEngine::unsupported_reason(const SearchInput&) const {
+  return {};  // what the tree cannot represent runs on the exhaustive cuda-fast engine instead
+}
+
+SearchResult CudaTreeEngine::search(const SearchInput& in) {
+  const auto t_start = Clock::now();
+  const EncodedStack& s = *in.stack;
+  const MotionBank& bank = *in.bank;
+  const Region r = in.region;
+  State& st = *state_;
+  stats_ = CudaTreeStats{};
+  stats_.trials = r.count() * std::int64_t(bank.size());
+
+  auto fall_back = [&](const std::string& why) {
+    stats_.fell_back = true;
+    stats_.fallback_reason = why;
+    auto exhaustive = make_engine("cuda-fast");
+    SearchResult result = exhaustive->search(in);
+    result.note = name_ + " ran the exhaustive cuda-fast engine: " + why;
+    return result;
+  };
+  if (!bank.is_cartesian()) return fall_back("the velocity bank is not a Cartesian grid");
+  if (in.policy.top_k > 0) return fall_back("top-k per origin needs every trial's exact score");
+  if (s.exposures < 2) return fall_back("a single exposure leaves nothing to share");
+
+  std::vector<double> key = bank_key(bank, options_);
+  if (key != st.key) {
+    st.plan = tree::make_plan(bank, {options_.oversample, options_.child_reach});
+    st.key = std::move(key);
+    st.bands.clear();
+  }
+  const tree::Plan& plan = st.plan;
+  stats_.depth = plan.depth;
+  if (plan.nodes[0].leaf()) return fall_back("the whole bank is one velocity per axis over the span");
+
+  // The cube: the whole image when it fits (then refinement runs on the device too), else each
+  // band's window of it.
+  const bool fractional = bank.mode == ShiftMode::fractional;
+  const PixelRect image{0, 0, s.width, s.height};
+  const std::size_t cube_limit =
+      memory_budget() > 0 ? memory_budget() : std::size_t(0.5 * double(available_for_cube()));
+  const bool resident = cube_bytes(s, image, fractional) <= cube_limit;
+  stats_.cube_resident = resident;
+  StackView view;
+  if (resident) view = acquire_stack(s, image, fractional);
+
+  // Band rows: the whole region if the two level buffers fit, else halved until they do.
+  int rows = options_.tile_height > 0 ? std::min(options_.tile_height, r.height) : r.height;
+  const double budget = level_budget() + 4.0 * double(st.buffer[0].size() + st.buffer[1].size());
+  while (options_.tile_height == 0 && rows > 8 && st.tables(r.width, rows).bytes() > budget) rows = (rows + 1) / 2;
+  const int band_count = (r.height + rows - 1) / rows;
+  stats_.band_rows = rows;
+  stats_.bands = band_count;
+  {
+    BandTables& full = st.tables(r.width, rows);
+    double additions = double(full.plan.root_additions);
+    for (const LevelPlan& L : full.plan.level) additions += double(L.additions);
+    const double per_trial = additions * band_count / double(stats_.trials);
+    if (per_trial > options_.fallback_fraction * s.exposures) {
+      char why[200];
+      std::snprintf(why, sizeof why, "the tree would need %.3g additions per trial against E = %d exposures",
+                    per_trial, s.exposures);
+      return fall_back(why);
+    }
+  }
+
+  const double z_thr = digest_threshold(in);
+  const bool collect = in.policy.collect_candidates;
+  const double floor = collect ? std::min(z_thr, in.policy.candidate_threshold) : z_thr;
+  double z_screen = options_.refine ? floor - options_.screen_margin : floor;
+
+  st.hit_count.resize(1);
+  if (st.hits.size() == 0) st.hits.resize(std::size_t(1) << 16);
+  int device = 0, sms = 1;
+  SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&device));
+  SHIFTSTACK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+
+  // One pass of the tree over the region: digest partials and the trials past the screen.
+  RootPartial totals{0, 0, 0, 0};
+  std::vector<Hit> hits;
+  auto tree_pass = [&](double screen) {
+    for (;;) {
+      SHIFTSTACK_CUDA_CHECK(cudaMemset(st.hit_count.get(), 0, sizeof(unsigned long long)));
+      stats_.level_additions.assign(plan.depth + 1, 0);
+      std::vector<RootPartial> partials;
+      for (int band = 0; band < band_count; ++band) {
+        if (in.policy.stop_requested()) throw Cancelled(name_ + ": search stopped on request");
+        const int y0 = r.y0 + band * rows, h = std::min(rows, r.y0 + r.height - y0);
+        BandTables& T = st.tables(r.width, h);
+        for (int b = 0; b < 2; ++b) st.buffer[b].resize(std::max(T.plan.buffer_floats[b], std::size_t(1)));
+        stats_.level_bytes = std::max(stats_.level_bytes, T.bytes());
+        StackView band_view = view;
+        if (!resident) {
+          const int x_lo = std::max(0, r.x0 + T.plan.read_lo[0]), y_lo = std::max(0, y0 + T.plan.read_lo[1]);
+          const int x_hi = std::min(s.width, r.x0 + T.plan.read_hi[0]);
+          const int y_hi = std::min(s.height, y0 + T.plan.read_hi[1]);
+          band_view = acquire_stack(s, PixelRect{x_lo, y_lo, std::max(1, x_hi - x_lo), std::max(1, y_hi - y_lo)});
+        }
+        for (int l = plan.depth; l >= 1; --l) {
+          const LevelPlan& L = T.plan.level[l];
+          float* out = st.buffer[l % 2].get();
+          launch_leaves(band_view, T.level[l].leaves.get(), int(L.leaves.size()), L.leaf_rows,
+                        T.level[l].samples.get(), r.x0, y0, out, 0);
+          launch_parents(T.level[l].parents.get(), int(L.parents.size()), L.parent_rows,
+                         st.buffer[(l + 1) % 2].get(), out, 0);
+          stats_.level_additions[l] += L.additions;
+        }
+        stats_.level_additions[0] += T.plan.root_additions;
+        RootParams p;
+        p.x0 = r.x0;
+        p.y0 = y0;
+        p.width = r.width;
+        p.height = h;
+        p.screen = tree::z_test(screen).signed_square;
+        p.count_test = tree::z_test(z_thr).signed_square;
+        const std::int64_t tiles = std::int64_t((r.width + kRootTileX - 1) / kRootTileX) *
+                                   ((h + kRootTileY - 1) / kRootTileY);
+        const int velocities = T.root.Va * T.root.Vb;
+        const std::int64_t groups = std::clamp<std::int64_t>((16 * sms + tiles - 1) / tiles, 1, velocities);
+        p.velocities_per_block = int((velocities + groups - 1) / groups);
+        const std::int64_t blocks = tiles * ((velocities + p.velocities_per_block - 1) / p.velocities_per_block);
+        st.partials.resize(std::size_t(blocks));
+        p.partials = st.partials.get();
+        p.hits = st.hits.get();
+        p.hit_count = st.hit_count.get();
+        p.capacity = st.hits.size();
+        const int written = launch_root(T.root, st.buffer[1].get(), p, 0);
+        const std::vector<RootPartial> part = st.partials.download(std::size_t(written));
+        partials.insert(partials.end(), part.begin(), part.end());
+      }
+      const unsigned long long found = st.hit_count.download(1)[0];
+      require(std::int64_t(found) <= in.policy.max_candidates,
+              name_ + ": " + std::to_string(found) + " trials passed the screen z > " + std::to_string(screen) +
+                  ", more than max_candidates (" + std::to_string(in.policy.max_candidates) +
+                  "): raise the candidate threshold or the limit");
+      if (found > st.hits.size()) {  // the list overflowed: grow it and run the pass again
+        st.hits.resize(std::size_t(found));
+        continue;
+      }
+      hits = st.hits.download(std::size_t(found));
+      totals = RootPartial{0, 0, 0, 0};
+      for (const RootPartial& q : partials) {  // block order: the same digest every run
+        totals.sumA += q.sumA;
+        totals.sumB += q.sumB;
+        totals.scored += q.scored;
+        totals.count += q.count;
+      }
+      return;
+    }
+  };
+  tree_pass(z_screen);
+  // Nothing passed: lower the screen until something does, so maxZ is an exact score of a trial.
+  while (hits.empty() && std::isfinite(z_screen)) {
+    z_screen = z_screen > -8 ? z_screen - 2 : -std::numeric_limits<double>::infinity();
+    ++stats_.screen_passes;
+    tree_pass(z_screen);
+  }
+  std::sort(hits.begin(), hits.end(), [](const Hit& a, const Hit& b) {
+    if (a.velocity != b.velocity) return a.velocity < b.velocity;
+    if (a.y != b.y) return a.y < b.y;
+    return a.x < b.x;
+  });
+  stats_.z_screen = z_screen;
+  stats_.screened = std::int64_t(hits.size());
+  stats_.seconds_tree = since(t_start);
+
+  SearchResult result;
+  Digest& d = result.digest;
+  d.z_thr = z_thr;
+  d.sumA = totals.sumA;
+  d.sumB = totals.sumB;
+  d.scored = std::int64_t(totals.scored);
+  auto make_candidate = [&](int x, int y, std::int32_t v, double A, double B, int obs) {
+    const Velocity vel = bank.velocity(std::size_t(v));
+    return Candidate{x, y, v, float(vel.vx), float(vel.vy), float(A), float(B), float(A / std::sqrt(B)),
+                     float(A / B), obs};
+  };
+  auto offer_max = [&](double Z, int x, int y, std::int32_t v) {
+    if (Z > d.maxZ || (Z == d.maxZ && d.precedes(v, y, x))) {
+      d.maxZ = Z;
+      d.argmax_x = x, d.argmax_y = y, d.argmax_velocity = v;
+    }
+  };
+  auto finish = [&](const std::string& note) {
+    require(std::int64_t(result.candidates.size()) <= in.policy.max_candidates,
+            "candidate list of " + std::to_string(result.candidates.size()) + " trials exceeds max_candidates (" +
+                std::to_string(in.policy.max_candidates) + "): raise the candidate threshold or the limit");
+    std::sort(result.candidates.begin(), result.candidates.end(), [](const Candidate& a, const Candidate& b) {
+      if (a.velocity != b.velocity) return a.velocity < b.velocity;
+      if (a.y != b.y) return a.y < b.y;
+      return a.x < b.x;
+    });
+    result.note = note;
+    stats_.seconds_total = since(t_start);
+    result.seconds = stats_.seconds_total;
+    return result;
+  };
+
+  if (!options_.refine) {
+    d.count = std::int64_t(totals.count);
+    for (const Hit& h : hits) {
+      const double Z = double(h.A) / std::sqrt(double(h.B));
+      offer_max(Z, h.x, h.y, h.velocity);
+      if (collect && Z > in.policy.candidate_threshold)
+        result.candidates.push_back(make_candidate(h.x, h.y, h.velocity, h.A, h.B, 0));
+    }
+    return finish(name_ + ": unrefined tree scores");
+  }
+
+  const auto t_refine = Clock::now();
+  const std::int64_t limit = std::max<std::int64_t>(in.policy.max_candidates, 1 << 20) * 81;
+  std::vector<tree::ExactScore> exact;
+  if (!resident) {
+    // Bands of a cube beyond device memory: cpu-tree's own refinement on the host.
+    std::vector<tree::TrialRef> seeds;
+    for (const Hit& h : hits) seeds.push_back({h.x, h.y, h.velocity});
+    exact = tree::refine(s, bank, r, seeds, floor, limit);
+  } else {
+    exact = [&] {
+      // The shifts per axis value, as tree::refine computes them (double, SPEC 2).
+      const int E = s.exposures, Va = int(bank.vx_count()), Vb = int(bank.vy_count());
+      std::vector<double> sx(std::size_t(Va) * E), sy(std::size_t(Vb) * E);
+      std::vector<int> ix(sx.size()), iy(sy.size());
+      for (int e = 0; e < E; ++e) {
+        for (int a = 0; a < Va; ++a) sx[std::size_t(a) * E + e] = bank.vx_axis[a] * bank.dt(e) + bank.curve_at_x(e);
+        for (int b = 0; b < Vb; ++b) sy[std::size_t(b) * E + e] = bank.vy_axis[b] * bank.dt(e) + bank.curve_at_y(e);
+      }
+      std::vector<double> ekey = st.key;
+      ekey.push_back(fractional ? 1 : 0);
+      if (ekey != st.exact_key) {
+        for (std::size_t k = 0; k < sx.size(); ++k) ix[k] = round_shift(sx[k]);
+        for (std::size_t k = 0; k < sy.size(); ++k) iy[k] = round_shift(sy[k]);
+        st.ix.upload(ix);
+        st.iy.upload(iy);
+        st.sx.upload(sx);
+        st.sy.upload(sy);
+        st.exact_key = ekey;
+      }
+      ExactTables tables;
+      tables.ix = st.ix.get();
+      tables.iy = st.iy.get();
+      tables.sx = st.sx.get();
+      tables.sy = st.sy.get();
+      tables.Va = Va;
+      tables.exposures = E;
+      tables.bilinear = fractional;
+      // tree::refine's flood: the seeds' neighbourhoods (origin +-1, each velocity index +-1),
+      // then the neighbours of every exact score above the floor, until none is new.
+      auto key_of = [&](int x, int y, std::int64_t v) {
+        return std::uint64_t((v * r.height + (y - r.y0)) * r.width + (x - r.x0));
+      };
+      std::unordered_set<std::uint64_t> seen;
+      std::vector<Trial> frontier;
+      auto offer_neighbours = [&](int x0, int y0, std::int32_t v0) {
+        const int a = int(v0 % Va), b = int(v0 / Va);
+        for (int db = -1; db <= 1; ++db)
+          for (int da = -1; da <= 1; ++da) {
+            const int na = a + da, nb = b + db;
+            if (na < 0 || nb < 0 || na >= Va || nb >= Vb) continue;
+            const std::int32_t v = std::int32_t(nb) * Va + na;
+            for (int dy = -1; dy <= 1; ++dy)
+              for (int dx = -1; dx <= 1; ++dx) {
+                const int x = x0 + dx, y = y0 + dy;
+                if (x < r.x0 || y < r.y0 || x >= r.x0 + r.width || y >= r.y0 + r.height) continue;
+                if (seen.insert(key_of(x, y, v)).second) frontier.push_back({x, y, v});
+              }
+          }
+      };
+      for (const Hit& h : hits) offer_neighbours(h.x, h.y, h.velocity);
+      std::vector<tree::ExactScore> scores;
+      while (!frontier.empty()) {
+        require(std::int64_t(scores.size() + frontier.size()) <= limit,
+                name_ + ": refinement would re-score more than " + std::to_string(limit) +
+                    " trials: raise the candidate threshold, lower the screen margin or raise max_candidates");
+        ++stats_.refine_rounds;
+        st.trials.upload(frontier);
+        st.sums.resize(frontier.size());
+        launch_exact(view, tables, st.trials.get(), int(frontier.size()), st.sums.get(), 0);
+        const std::vector<ExactSums> batch = st.sums.download(frontier.size());
+        const std::vector<Trial> scored = std::move(frontier);
+        frontier.clear();
+        for (std::size_t k = 0; k < scored.size(); ++k) {
+          const ExactSums& e = batch[k];
+          scores.push_back({scored[k].x, scored[k].y, scored[k].velocity, e.A, e.B, e.obs});
+          if (e.B > 0 && e.A / std::sqrt(e.B) > floor) offer_neighbours(scored[k].x, scored[k].y, scored[k].velocity);
+        }
+      }
+      std::sort(scores.begin(), scores.end(), [](const tree::ExactScore& p, const tree::ExactScore& q) {
+        if (p.velocity != q.velocity) return p.velocity < q.velocity;
+        if (p.y != q.y) return p.y < q.y;
+        return p.x < q.x;
+      });
+      return scores;
+    }();
+  }
+  stats_.refined = std::int64_t(exact.size());
+  for (const tree::ExactScore& e : exact) {
+    if (!(e.B > 0)) continue;
+    const double Z = e.A / std::sqrt(e.B);
+    if (Z > z_thr) ++d.count;
+    offer_max(Z, e.x, e.y, e.velocity);
+    if (collect && Z > in.policy.candidate_threshold)
+      result.candidates.push_back(make_candidate(e.x, e.y, e.velocity, e.A, e.B, e.obs));
+  }
+  stats_.seconds_refine = since(t_refine);
+  char note[260];
+  std::snprintf(note, sizeof note,
+                "%s: %.3g additions per trial, %d band(s), %lld screened above z = %.3f, %lld re-scored exactly%s",
+                name_.c_str(), stats_.additions_per_trial(), stats_.bands, (long long)stats_.screened, z_screen,
+                (long long)stats_.refined, resident ? " on the device" : " on the host");
+  return finish(note);
+}
+
+void register_cuda_tree_engines() {
+  // Preference below cuda-tc and cuda-fast: the auto choice only once its validation on the GPU
+  // shows completeness equal to theirs (docs/tree-search.md, "cuda-tree").
+  EngineInfo tree{"cuda-tree",
+                  "cpu-tree's tree of partial sums on the GPU: levels as batched shift-and-add, the root "
+                  "streamed and screened, screened trials re-scored exactly on the device",
+                  true, 25, [] { return std::make_unique<CudaTreeEngine>(); }, cuda_device_available};
+  tree.digest_kind = DigestKind::refined;
+  register_engine(std::move(tree));
+  EngineInfo screen{"cuda-tree-screen",
+                    "cuda-tree's unrefined statistic alone (cpu-tree-screen's floats): for sensitivity studies",
+                    true, -1,
+                    [] {
+                      TreeOptions o;
+                      o.refine = false;
+                      return std::make_unique<CudaTreeEngine>(o, "cuda-tree-screen");
+                    },
+                    cuda_device_available};
+  screen.digest_kind = DigestKind::screen;
+  register_engine(std::move(screen));
+}
+
+}  // namespace shiftstack::cuda

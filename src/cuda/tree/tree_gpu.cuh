@@ -1,0 +1,79 @@
+// The device side of `cuda-tree` (docs/tree-search.md, section "cuda-tree"): the tables one level
+// of a tree plan becomes on the GPU, and the launches that run it. The plan is cpu-tree's own
+// (src/tree/tree_plan.*); every map pixel is formed with the same float additions in the same
+// order as the CPU executor, so tree sums are the same floats.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/device_stack.cuh"
+#include "cuda/tree/tree_tables.hpp"
+
+namespace shiftstack::cuda::tree_gpu {
+
+// The root's reads: trial (i, r, a, b) sums child c's maps at
+// x_part[c * Va + a] + y_part[c * Vb + b] + r * stride[c] + i (A), + plane[c] (B).
+struct RootTables {
+  const std::int64_t* x_part = nullptr;
+  const std::int64_t* y_part = nullptr;
+  std::int64_t plane[2] = {0, 0};
+  int stride[2] = {0, 0};
+  int Va = 0, Vb = 0;
+};
+
+// A trial whose tree Z passed the screen.
+struct Hit {
+  int x, y, velocity;
+  float A, B;
+};
+
+// Per block of the root pass: sums over scored trials (B > 0), their count, and those above z_thr.
+struct RootPartial {
+  double sumA, sumB;
+  unsigned long long scored, count;
+};
+
+struct RootParams {
+  int x0 = 0, y0 = 0, width = 0, height = 0;  // this band's origins (image coordinates)
+  float screen = 0, count_test = 0;          // z |z| of the screen and of z_thr
+  int velocities_per_block = 1;
+  Hit* hits = nullptr;
+  unsigned long long* hit_count = nullptr;
+  unsigned long long capacity = 0;  // hits beyond it are counted, not stored
+  RootPartial* partials = nullptr;
+};
+
+// Origins one root block covers: 32 x 32 (a warp per row, 4 rows per thread).
+constexpr int kRootTileX = 32, kRootTileY = 32;
+
+// A trial to re-score exactly, and its exact sums (the reference engine's double arithmetic).
+struct Trial {
+  int x, y, velocity;
+};
+struct ExactSums {
+  double A, B;
+  int obs, pad;
+};
+
+// Integer mode: shift tables x[a * E + e], y[b * E + e] = round_shift(s); fractional mode: the
+// double shifts s themselves.
+struct ExactTables {
+  const int* ix = nullptr;
+  const int* iy = nullptr;
+  const double* sx = nullptr;
+  const double* sy = nullptr;
+  int Va = 0, exposures = 0;
+  bool bilinear = false;
+};
+
+void launch_leaves(const StackView& view, const LeafEntry* entries, int count, int max_height,
+                   const LeafSample* samples, int band_x0, int band_y0, float* out, cudaStream_t stream);
+void launch_parents(const ParentEntry* entries, int count, int max_height, const float* child, float* out,
+                    cudaStream_t stream);
+// Returns the number of partials written (one per block).
+int launch_root(const RootTables& tables, const float* level1, const RootParams& params, cudaStream_t stream);
+void launch_exact(const StackView& view, const ExactTables& tables, const Trial* trials, int count,
+                  ExactSums* out, cudaStream_t stream);
+
+}  // namespace shiftstack::cuda::tree_gpu

@@ -1,0 +1,258 @@
+// Kernels of `cuda-tree`: leaves from the encoded cube, parents as batched shift-and-add, the root
+// streamed (scored and screened as it is formed, never stored) and the exact re-scoring of
+// screened trials. Float additions are written with __fadd_rn / __fmul_rn and the double sums
+// with __dadd_rn / __dmul_rn, so that nothing is contracted into a fused multiply-add: the tree
+// sums are cpu-tree's floats and the exact sums the reference engine's doubles, bit for bit.
+#include "cuda/common/check.cuh"
+#include "cuda/tree/tree_gpu.cuh"
+
+namespace shiftstack::cuda::tree_gpu {
+
+namespace {
+
+constexpr int kRowsPerBlock = 8;  // a warp per map row
+
+int grid_rows(int max_height) {
+  const int blocks = (max_height + kRowsPerBlock - 1) / kRowsPerBlock;
+  return blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks);
+}
+
+// A sample as cpu-tree's band copy holds it: weighted, 0 where decode() reports none.
+template <StorageCode S>
+__device__ inline float2 cleaned(const StackView& view, int e, int x, int y) {
+  const RawSample d = decode_pixel<S>(view, e, x, y);
+  if (!d.valid) return make_float2(0.0f, 0.0f);
+  return make_float2(__fmul_rn(view.psi_weight[e], d.psi), __fmul_rn(view.phi_weight[e], d.phi));
+}
+
+template <StorageCode S>
+__global__ void __launch_bounds__(256) leaf_kernel(StackView view, const LeafEntry* entries,
+                                                   const LeafSample* samples, int band_x0, int band_y0,
+                                                   float* out) {
+  const LeafEntry entry = entries[blockIdx.x];
+  for (int r = blockIdx.y * kRowsPerBlock + threadIdx.y; r < entry.height; r += gridDim.y * kRowsPerBlock)
+    for (int i = threadIdx.x; i < entry.width; i += 32) {
+      // Exposures in plan order, the first copied, the rest added (cpu-tree's leaf).
+      const LeafSample first = samples[entry.first];
+      float2 sum = cleaned<S>(view, first.exposure, band_x0 + first.dx + i, band_y0 + first.dy + r);
+      for (int k = 1; k < entry.count; ++k) {
+        const LeafSample s = samples[entry.first + k];
+        const float2 v = cleaned<S>(view, s.exposure, band_x0 + s.dx + i, band_y0 + s.dy + r);
+        sum.x = __fadd_rn(sum.x, v.x);
+        sum.y = __fadd_rn(sum.y, v.y);
+      }
+      const std::int64_t at = entry.out + std::int64_t(r) * entry.width + i;
+      out[at] = sum.x;
+      out[at + entry.out_plane] = sum.y;
+    }
+}
+
+__global__ void __launch_bounds__(256) parent_kernel(const ParentEntry* entries, const float* __restrict__ child,
+                                                     float* __restrict__ out) {
+  const ParentEntry e = entries[blockIdx.x];
+  for (int r = blockIdx.y * kRowsPerBlock + threadIdx.y; r < e.height; r += gridDim.y * kRowsPerBlock) {
+    const float* a0 = child + e.src[0] + std::int64_t(r) * e.stride[0];
+    const float* a1 = child + e.src[1] + std::int64_t(r) * e.stride[1];
+    float* o = out + e.out + std::int64_t(r) * e.width;
+    for (int i = threadIdx.x; i < e.width; i += 32) {
+      o[i] = __fadd_rn(__ldg(a0 + i), __ldg(a1 + i));
+      o[i + e.out_plane] = __fadd_rn(__ldg(a0 + i + e.src_plane[0]), __ldg(a1 + i + e.src_plane[1]));
+    }
+  }
+}
+
+template <typename T>
+__device__ inline T warp_sum(T v) {
+  for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(0xffffffffu, v, d);
+  return v;
+}
+
+constexpr int kRootRowsPerThread = kRootTileY / 8;
+
+// Block (32, 8): origins x0 + blockIdx.x * 32 + tx, rows y0 + blockIdx.y * 32 + ty + 8 k; trials of
+// the velocities [blockIdx.z * vpb, +vpb). A = a0 + a1, B = b0 + b1 as cpu-tree's root forms them.
+__global__ void __launch_bounds__(256) root_kernel(RootTables t, const float* __restrict__ maps, RootParams p) {
+  const int i = blockIdx.x * kRootTileX + threadIdx.x;
+  const int r0 = blockIdx.y * kRootTileY + threadIdx.y;
+  const int velocities = t.Va * t.Vb;
+  const int v_first = blockIdx.z * p.velocities_per_block;
+  const int v_last = min(v_first + p.velocities_per_block, velocities);
+  double sum_a = 0, sum_b = 0;
+  unsigned long long scored = 0, counted = 0;
+  if (i < p.width) {
+    for (int v = v_first; v < v_last; ++v) {
+      const int a = v % t.Va, b = v / t.Va;
+      const float* c0 = maps + t.x_part[a] + t.y_part[b] + i;
+      const float* c1 = maps + t.x_part[t.Va + a] + t.y_part[t.Vb + b] + i;
+#pragma unroll
+      for (int k = 0; k < kRootRowsPerThread; ++k) {
+        const int r = r0 + 8 * k;
+        if (r >= p.height) break;
+        const float* p0 = c0 + std::int64_t(r) * t.stride[0];
+        const float* p1 = c1 + std::int64_t(r) * t.stride[1];
+        const float A = __fadd_rn(__ldg(p0), __ldg(p1));
+        const float B = __fadd_rn(__ldg(p0 + t.plane[0]), __ldg(p1 + t.plane[1]));
+        if (!(B > 0.0f)) continue;
+        sum_a += A;
+        sum_b += B;
+        ++scored;
+        // Z > z as A |A| > z |z| B, no square root (cpu-tree's test, the same float products).
+        const float q = __fmul_rn(A, fabsf(A));
+        counted += q > __fmul_rn(p.count_test, B);
+        if (q > __fmul_rn(p.screen, B)) {
+          const unsigned long long slot = atomicAdd(p.hit_count, 1ull);
+          if (slot < p.capacity) p.hits[slot] = Hit{p.x0 + i, p.y0 + r, v, A, B};
+        }
+      }
+    }
+  }
+  sum_a = warp_sum(sum_a);
+  sum_b = warp_sum(sum_b);
+  scored = warp_sum(scored);
+  counted = warp_sum(counted);
+  __shared__ RootPartial warp_partial[8];
+  if (threadIdx.x == 0) warp_partial[threadIdx.y] = RootPartial{sum_a, sum_b, scored, counted};
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    RootPartial total{0, 0, 0, 0};
+    for (int w = 0; w < 8; ++w) {  // fixed order: the digest does not depend on scheduling
+      total.sumA += warp_partial[w].sumA;
+      total.sumB += warp_partial[w].sumB;
+      total.scored += warp_partial[w].scored;
+      total.count += warp_partial[w].count;
+    }
+    p.partials[(std::int64_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = total;
+  }
+}
+
+// exact_integer_trial() of src/cpu/exact_trial.cpp, one thread per trial, exposures in order.
+template <StorageCode S>
+__global__ void exact_integer_kernel(StackView view, ExactTables t, const Trial* trials, int count,
+                                     ExactSums* out) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= count) return;
+  const Trial trial = trials[k];
+  const int a = trial.velocity % t.Va, b = trial.velocity / t.Va;
+  const int* sx = t.ix + std::int64_t(a) * t.exposures;
+  const int* sy = t.iy + std::int64_t(b) * t.exposures;
+  double A = 0, B = 0;
+  int obs = 0;
+  for (int e = 0; e < t.exposures; ++e) {
+    const int px = trial.x + sx[e], py = trial.y + sy[e];
+    if (px < 0 || py < 0 || px >= view.image_width || py >= view.image_height) continue;
+    const RawSample d = decode_pixel<S>(view, e, px, py);
+    if (!d.valid) continue;
+    A = __dadd_rn(A, double(__fmul_rn(view.psi_weight[e], d.psi)));
+    B = __dadd_rn(B, double(__fmul_rn(view.phi_weight[e], d.phi)));
+    ++obs;
+  }
+  out[k] = ExactSums{A, B, obs, 0};
+}
+
+// exact_bilinear_trial(): bilinear A over the valid corners, B its exact variance.
+template <StorageCode S>
+__global__ void exact_bilinear_kernel(StackView view, ExactTables t, const Trial* trials, int count,
+                                      ExactSums* out) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= count) return;
+  const Trial trial = trials[k];
+  const int a = trial.velocity % t.Va, b = trial.velocity / t.Va;
+  const double* sx = t.sx + std::int64_t(a) * t.exposures;
+  const double* sy = t.sy + std::int64_t(b) * t.exposures;
+  const int W = view.image_width, H = view.image_height;
+  double A = 0, B = 0;
+  int obs = 0;
+  for (int e = 0; e < t.exposures; ++e) {
+    const double u = __dadd_rn(double(trial.x), sx[e]), v = __dadd_rn(double(trial.y), sy[e]);
+    const int ix = int(floor(u)), iy = int(floor(v));
+    const double fx = __dsub_rn(u, double(ix)), fy = __dsub_rn(v, double(iy));
+    const double gx = __dsub_rn(1.0, fx), gy = __dsub_rn(1.0, fy);
+    const double w[4] = {__dmul_rn(gx, gy), __dmul_rn(fx, gy), __dmul_rn(gx, fy), __dmul_rn(fx, fy)};
+    const int cx[4] = {ix, ix + 1, ix, ix + 1}, cy[4] = {iy, iy, iy + 1, iy + 1};
+    bool valid[4];
+    double psi[4], phi[4];
+    bool any = false;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      valid[c] = false;
+      psi[c] = phi[c] = 0;
+      if (cx[c] < 0 || cy[c] < 0 || cx[c] >= W || cy[c] >= H || w[c] == 0) continue;
+      const RawSample d = decode_pixel<S>(view, e, cx[c], cy[c]);
+      valid[c] = d.valid;
+      if (d.valid) {
+        psi[c] = double(__fmul_rn(view.psi_weight[e], d.psi));
+        phi[c] = double(__fmul_rn(view.phi_weight[e], d.phi));
+      }
+      any |= d.valid;
+    }
+    if (!any) continue;
+    ++obs;
+    const double weight = double(view.phi_weight[e]);
+    auto cov = [&](int px, int py) -> float4 {
+      const std::size_t index =
+          (std::size_t(e) * view.rect.height + (py - view.rect.y0)) * std::size_t(view.pitch) + (px - view.rect.x0);
+      return view.covariances[index];
+    };
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      if (valid[c]) {
+        A = __dadd_rn(A, __dmul_rn(w[c], psi[c]));
+        B = __dadd_rn(B, __dmul_rn(__dmul_rn(w[c], w[c]), phi[c]));
+      }
+    // Each neighbouring pair once, doubled: 2 w_i w_j (weight * cov), in exact_trial.cpp's order.
+    auto pair = [&](double wi, double wj, float c) {
+      B = __dadd_rn(B, __dmul_rn(__dmul_rn(__dmul_rn(2.0, wi), wj), __dmul_rn(weight, double(c))));
+    };
+    if (valid[0] && valid[1]) pair(w[0], w[1], cov(ix, iy).x);
+    if (valid[2] && valid[3]) pair(w[2], w[3], cov(ix, iy + 1).x);
+    if (valid[0] && valid[2]) pair(w[0], w[2], cov(ix, iy).y);
+    if (valid[1] && valid[3]) pair(w[1], w[3], cov(ix + 1, iy).y);
+    if (valid[0] && valid[3]) pair(w[0], w[3], cov(ix, iy).z);
+    if (valid[1] && valid[2]) pair(w[1], w[2], cov(ix, iy).w);
+  }
+  out[k] = ExactSums{A, B, obs, 0};
+}
+
+}  // namespace
+
+void launch_leaves(const StackView& view, const LeafEntry* entries, int count, int max_height,
+                   const LeafSample* samples, int band_x0, int band_y0, float* out, cudaStream_t stream) {
+  if (count == 0) return;
+  const dim3 grid(count, grid_rows(max_height)), block(32, kRowsPerBlock);
+  dispatch_storage(view.storage, [&]<StorageCode S>() {
+    leaf_kernel<S><<<grid, block, 0, stream>>>(view, entries, samples, band_x0, band_y0, out);
+  });
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+}
+
+void launch_parents(const ParentEntry* entries, int count, int max_height, const float* child, float* out,
+                    cudaStream_t stream) {
+  if (count == 0) return;
+  const dim3 grid(count, grid_rows(max_height)), block(32, kRowsPerBlock);
+  parent_kernel<<<grid, block, 0, stream>>>(entries, child, out);
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+}
+
+int launch_root(const RootTables& tables, const float* level1, const RootParams& params, cudaStream_t stream) {
+  const int velocities = tables.Va * tables.Vb;
+  const dim3 grid((params.width + kRootTileX - 1) / kRootTileX, (params.height + kRootTileY - 1) / kRootTileY,
+                  (velocities + params.velocities_per_block - 1) / params.velocities_per_block);
+  root_kernel<<<grid, dim3(32, 8), 0, stream>>>(tables, level1, params);
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  return int(grid.x * grid.y * grid.z);
+}
+
+void launch_exact(const StackView& view, const ExactTables& tables, const Trial* trials, int count,
+                  ExactSums* out, cudaStream_t stream) {
+  if (count == 0) return;
+  const int threads = 128, blocks = (count + threads - 1) / threads;
+  dispatch_storage(view.storage, [&]<StorageCode S>() {
+    if (tables.bilinear)
+      exact_bilinear_kernel<S><<<blocks, threads, 0, stream>>>(view, tables, trials, count, out);
+    else
+      exact_integer_kernel<S><<<blocks, threads, 0, stream>>>(view, tables, trials, count, out);
+  });
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace shiftstack::cuda::tree_gpu

@@ -1,0 +1,70 @@
+// cuda-tree's level tables (docs/tree-search.md, "cuda-tree"): cpu-tree's plan over one band of
+// origin rows, flattened into plain arrays the kernels read -- per level, one entry per node
+// velocity with where its maps lie and where it reads its children (or, for leaves, the
+// exposures and their shifts), and the root's read offsets. Host code without CUDA syntax, built
+// in every configuration, so the tables are also tested where no GPU exists.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "tree/tree_plan.hpp"
+
+namespace shiftstack::cuda::tree_gpu {
+
+// One node velocity of a parent node: per map pixel, A = child0 + child1 and B likewise.
+// Offsets are in floats; every map is an A plane followed by its B plane.
+struct ParentEntry {
+  std::int64_t out;           // this entry's A plane in the level buffer
+  std::int64_t out_plane;     // B plane = A plane + out_plane
+  std::int64_t src[2];        // first sample read from each child's A plane (child level buffer)
+  std::int64_t src_plane[2];  // each child's plane size
+  int width, height;
+  int stride[2];              // each child's row length
+};
+
+// One node velocity of a leaf: the sum of its exposures, each at its own shift, in plan order.
+struct LeafEntry {
+  std::int64_t out, out_plane;
+  int width, height;
+  int first, count;  // its samples: LeafSample[first .. first + count)
+};
+struct LeafSample {
+  int exposure;
+  int dx, dy;  // image position of map pixel (0, 0), relative to the band's first origin
+};
+
+struct LevelPlan {
+  std::vector<ParentEntry> parents;
+  std::vector<LeafEntry> leaves;
+  std::vector<LeafSample> samples;
+  int parent_rows = 0, leaf_rows = 0;  // tallest map
+  std::size_t floats = 0;              // all of the level's maps
+  std::int64_t additions = 0;          // per channel (A or B)
+};
+
+// The plan over a band of `rows` origin rows and `width` origins: every node's maps at a fixed
+// place in its level's buffer (levels alternate between two buffers: level l in buffer l % 2,
+// formed from level l + 1 in the other), and the root's reads: trial (i, r, a, b) sums child c's
+// maps at x_part[c * Va + a] + y_part[c * Vb + b] + r * stride[c] + i (A), + plane[c] (B).
+struct BandPlan {
+  int width = 0, rows = 0;
+  std::vector<LevelPlan> level;  // [0 .. depth]; level 0 (the root) keeps no maps
+  std::vector<std::int64_t> x_part, y_part;
+  std::int64_t plane[2] = {0, 0};
+  int stride[2] = {0, 0};
+  int Va = 0, Vb = 0;
+  std::size_t buffer_floats[2] = {0, 0};
+  // Samples the leaves read, relative to the band's first origin: [lo, hi) per axis.
+  int read_lo[2] = {0, 0}, read_hi[2] = {0, 0};
+  std::int64_t root_additions = 0;
+  double bytes() const { return 4.0 * double(buffer_floats[0] + buffer_floats[1]); }
+  // Fewest bytes the levels move through device memory: every map written once and read once
+  // per entry reading it (parents read 2 floats per channel per pixel, the root 4 per trial);
+  // leaves counted as reading each sample (8 bytes per pair).
+  double traffic_bytes() const;
+};
+
+BandPlan make_band_plan(const tree::Plan& plan, int width, int rows);
+
+}  // namespace shiftstack::cuda::tree_gpu

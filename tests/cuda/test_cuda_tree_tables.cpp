@@ -1,0 +1,179 @@
+// cuda-tree's level tables, checked without a GPU: a host emulation of its three tree kernels
+// (leaves from the cube, parents as shift-and-add, the streamed root), run over the tables exactly
+// as the kernels read them, must give every trial the floats cpu-tree gives it, over one band or
+// several. The GPU suite (tests/cuda/test_cuda_tree.cpp) checks the kernels themselves.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "cuda/tree/tree_tables.hpp"
+#include "shiftstack/tree.hpp"
+#include "../test_support.hpp"
+#include "tree/tree_plan.hpp"
+
+using namespace shiftstack;
+using namespace shiftstack::testing;
+using namespace shiftstack::cuda::tree_gpu;
+
+namespace {
+
+struct Trial {
+  int x, y, velocity;
+  float A, B;
+};
+
+// The kernels' arithmetic on the host: a sample is decode()'s weighted value, 0 outside the
+// image or where invalid; leaves add their exposures in plan order, parents child 0 + child 1,
+// the root a0 + a1. Returns the trials with B > 0 of the band whose first origin is (x0, y0).
+void emulate_band(const tree::Plan& plan, const BandPlan& band, const EncodedStack& s, int x0, int y0,
+                  std::vector<Trial>& out) {
+  std::vector<float> buffer[2] = {std::vector<float>(band.buffer_floats[0], std::numeric_limits<float>::quiet_NaN()),
+                                  std::vector<float>(band.buffer_floats[1], std::numeric_limits<float>::quiet_NaN())};
+  auto sample = [&](int e, int x, int y) -> std::pair<float, float> {
+    if (x < 0 || y < 0 || x >= s.width || y >= s.height) return {0.0f, 0.0f};
+    const DecodedSample d = decode(s, e, std::size_t(y) * s.width + x);
+    return d.valid ? std::make_pair(d.psi, d.phi) : std::make_pair(0.0f, 0.0f);
+  };
+  for (int l = plan.depth; l >= 1; --l) {
+    const LevelPlan& L = band.level[l];
+    float* o = buffer[l % 2].data();
+    const float* c = buffer[(l + 1) % 2].data();
+    for (const LeafEntry& e : L.leaves)
+      for (int r = 0; r < e.height; ++r)
+        for (int i = 0; i < e.width; ++i) {
+          const LeafSample& f = L.samples[e.first];
+          auto [a, b] = sample(f.exposure, x0 + f.dx + i, y0 + f.dy + r);
+          for (int k = 1; k < e.count; ++k) {
+            const LeafSample& q = L.samples[e.first + k];
+            const auto [pa, pb] = sample(q.exposure, x0 + q.dx + i, y0 + q.dy + r);
+            a += pa;
+            b += pb;
+          }
+          o[e.out + std::int64_t(r) * e.width + i] = a;
+          o[e.out + e.out_plane + std::int64_t(r) * e.width + i] = b;
+        }
+    for (const ParentEntry& e : L.parents)
+      for (int r = 0; r < e.height; ++r)
+        for (int i = 0; i < e.width; ++i) {
+          const std::int64_t p0 = e.src[0] + std::int64_t(r) * e.stride[0] + i;
+          const std::int64_t p1 = e.src[1] + std::int64_t(r) * e.stride[1] + i;
+          o[e.out + std::int64_t(r) * e.width + i] = c[p0] + c[p1];
+          o[e.out + e.out_plane + std::int64_t(r) * e.width + i] = c[p0 + e.src_plane[0]] + c[p1 + e.src_plane[1]];
+        }
+  }
+  const float* maps = buffer[1].data();
+  for (int v = 0; v < band.Va * band.Vb; ++v) {
+    const int a = v % band.Va, b = v / band.Va;
+    for (int r = 0; r < band.rows; ++r)
+      for (int i = 0; i < band.width; ++i) {
+        const std::int64_t q0 = band.x_part[a] + band.y_part[b] + std::int64_t(r) * band.stride[0] + i;
+        const std::int64_t q1 = band.x_part[band.Va + a] + band.y_part[band.Vb + b] + std::int64_t(r) * band.stride[1] + i;
+        const float A = maps[q0] + maps[q1], B = maps[q0 + band.plane[0]] + maps[q1 + band.plane[1]];
+        // A map pixel nothing wrote stays NaN and fails B > 0 and the comparison below.
+        EXPECT_FALSE(std::isnan(A) || std::isnan(B)) << "unwritten map read at v " << v << " (" << i << "," << r << ")";
+        if (B > 0) out.push_back({x0 + i, y0 + r, v, A, B});
+      }
+  }
+}
+
+std::vector<Trial> emulate(const tree::Plan& plan, const EncodedStack& s, int band_rows) {
+  std::vector<Trial> out;
+  for (int y0 = 0; y0 < s.height; y0 += band_rows) {
+    const int rows = std::min(band_rows, s.height - y0);
+    emulate_band(plan, make_band_plan(plan, s.width, rows), s, 0, y0, out);
+  }
+  std::sort(out.begin(), out.end(), [](const Trial& p, const Trial& q) {
+    if (p.velocity != q.velocity) return p.velocity < q.velocity;
+    if (p.y != q.y) return p.y < q.y;
+    return p.x < q.x;
+  });
+  return out;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+void expect_cpu_tree_floats(const KitStack& kit, Encoding enc, const std::vector<int>& band_rows) {
+  const EncodedStack stack = encode_kit(kit, enc);
+  auto cpu = make_engine("cpu-tree-screen");
+  OutputPolicy policy;
+  policy.collect_candidates = true;
+  policy.candidate_threshold = -std::numeric_limits<double>::infinity();  // every scored trial
+  const SearchResult c = search(*cpu, stack, kit.bank, policy);
+  ASSERT_TRUE(c.note.find("exhaustive") == std::string::npos) << c.note;
+  const tree::Plan plan = tree::make_plan(kit.bank, {});
+  for (int rows : band_rows) {
+    SCOPED_TRACE(to_string(enc) + ", bands of " + std::to_string(rows) + " rows");
+    const std::vector<Trial> g = emulate(plan, stack, rows);
+    ASSERT_EQ(g.size(), c.candidates.size());
+    std::size_t differing = 0;
+    for (std::size_t k = 0; k < g.size(); ++k) {
+      const Candidate& q = c.candidates[k];
+      const bool same = g[k].x == q.x && g[k].y == q.y && g[k].velocity == q.velocity && same_bits(g[k].A, q.A) &&
+                        same_bits(g[k].B, q.B);
+      if (!same && differing++ < 5)
+        ADD_FAILURE() << "trial " << k << ": tables (" << g[k].x << "," << g[k].y << ",v" << g[k].velocity << ") A "
+                      << g[k].A << " B " << g[k].B << "; cpu-tree (" << q.x << "," << q.y << ",v" << q.velocity
+                      << ") A " << q.A << " B " << q.B;
+    }
+    EXPECT_EQ(differing, 0u);
+  }
+}
+
+}  // namespace
+
+TEST(CudaTreeTables, EveryTrialIsCpuTreesFloatsOnCi) {
+  for (Encoding enc : all_encodings()) expect_cpu_tree_floats(make_kit(workload("ci")), enc, {128, 40});
+}
+
+// An odd image, bands of uneven height, a cadence in nights (a deeper, unbalanced plan).
+TEST(CudaTreeTables, EveryTrialIsCpuTreesFloatsOnAnUnevenNightsStack) {
+  KitOptions o = workload("nights");
+  o.width = 53;
+  o.height = 29;
+  o.exposures = 40;
+  o.nights = 4;
+  o.vx_count = 11;
+  o.vy_count = 9;
+  o.inject = false;
+  expect_cpu_tree_floats(make_kit(o), Encoding::fp32, {29, 11});
+}
+
+// Exposures taken at the same epoch (pairs, as with two detectors) make leaves of several
+// exposures: one velocity per axis over a zero span.
+TEST(CudaTreeTables, LeavesOfSeveralExposures) {
+  KitOptions o = workload("ci");
+  o.width = 45;
+  o.height = 31;
+  o.inject = false;
+  KitStack kit = make_kit(o);
+  for (int e = 1; e < kit.bank.exposures(); e += 2) kit.bank.epochs[e] = kit.bank.epochs[e - 1];
+  const tree::Plan plan = tree::make_plan(kit.bank, {});
+  int multi = 0;
+  for (const tree::Node& n : plan.nodes) multi += n.leaf() && n.count > 1;
+  ASSERT_GT(multi, 0);
+  expect_cpu_tree_floats(kit, Encoding::fp32, {31, 13});
+}
+
+TEST(CudaTreeTables, LevelsAlternateBuffersAndTheRootReadsLevelOne) {
+  const KitStack kit = make_kit(workload("ci"));
+  const tree::Plan plan = tree::make_plan(kit.bank, {});
+  const BandPlan band = make_band_plan(plan, 128, 128);
+  ASSERT_EQ(band.level.size(), std::size_t(plan.depth + 1));
+  EXPECT_EQ(band.Va * band.Vb, int(kit.bank.size()));
+  EXPECT_EQ(band.root_additions, std::int64_t(128) * 128 * 289);
+  for (int l = 1; l <= plan.depth; ++l) {
+    EXPECT_LE(band.level[l].floats, band.buffer_floats[l % 2]);
+    for (const ParentEntry& e : band.level[l].parents) {
+      // Every read lies inside the child level's maps.
+      for (int c = 0; c < 2; ++c) {
+        EXPECT_GE(e.src[c], 0);
+        EXPECT_LE(e.src[c] + e.src_plane[c] + std::int64_t(e.height - 1) * e.stride[c] + e.width,
+                  std::int64_t(band.level[l + 1].floats));
+      }
+      EXPECT_LE(e.out + e.out_plane + std::int64_t(e.width) * e.height, std::int64_t(band.level[l].floats));
+    }
+  }
+  EXPECT_GT(band.traffic_bytes(), 16.0 * double(band.root_additions));
+}
