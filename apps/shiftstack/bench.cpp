@@ -487,7 +487,8 @@ void run_bench(const BenchOptions& o) {
         record["cuda_tree"] = {{"fell_back", t.fell_back}, {"fallback_reason", t.fallback_reason},
                                {"additions_per_trial", t.additions_per_trial()}, {"level_additions", t.level_additions},
                                {"bands", t.bands}, {"band_rows", t.band_rows}, {"level_bytes", t.level_bytes},
-                               {"cube_resident", t.cube_resident}, {"z_screen", t.z_screen},
+                               {"cube_resident", t.cube_resident}, {"refined_on_device", t.refined_on_device},
+                               {"z_screen", t.z_screen},
                                {"screened", t.screened}, {"refined", t.refined}, {"refine_rounds", t.refine_rounds},
                                {"seconds_tree", t.seconds_tree}, {"seconds_refine", t.seconds_refine},
                                {"seconds_total", t.seconds_total}};
@@ -506,11 +507,13 @@ void run_bench(const BenchOptions& o) {
           std::printf("  cuda-tree: ran the exhaustive cuda-fast engine: %s\n", t["fallback_reason"].get<std::string>().c_str());
         else
           std::printf("  cuda-tree: %.3f additions per trial per channel, %d band(s) of %d rows, levels %.1f MB; "
-                      "screen z > %.3f: %lld trials, %lld re-scored in %d rounds; last run: tree %.3f ms, refine %.3f ms\n",
+                      "screen z > %.3f: %lld trials, %lld re-scored in %d rounds on the %s; last run: tree %.3f ms, "
+                      "refine %.3f ms\n",
                       t["additions_per_trial"].get<double>(), t["bands"].get<int>(), t["band_rows"].get<int>(),
                       t["level_bytes"].get<double>() / 1e6, t["z_screen"].get<double>(),
                       (long long)t["screened"].get<std::int64_t>(), (long long)t["refined"].get<std::int64_t>(),
-                      t["refine_rounds"].get<int>(), 1e3 * t["seconds_tree"].get<double>(),
+                      t["refine_rounds"].get<int>(), t["refined_on_device"].get<bool>() ? "device" : "host",
+                      1e3 * t["seconds_tree"].get<double>(),
                       1e3 * t["seconds_refine"].get<double>());
       }
       std::fflush(stdout);

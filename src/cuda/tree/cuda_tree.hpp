@@ -21,6 +21,7 @@ struct CudaTreeStats {
   double additions_per_trial() const;
   double level_bytes = 0;  // device memory of the two level buffers
   bool cube_resident = false;  // the whole image on the device (else bands of it, host refinement)
+  bool refined_on_device = false;  // the flood ran on the device (else cpu-tree's, on the host)
   double z_screen = 0;
   std::int64_t screened = 0, refined = 0;
   int screen_passes = 0, refine_rounds = 0;

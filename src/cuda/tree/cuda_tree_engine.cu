@@ -104,8 +104,12 @@ struct CudaTreeEngine::State {
   // Exact re-scoring: shifts per axis value, trials and their sums.
   DeviceArray<int> ix, iy;
   DeviceArray<double> sx, sy;
-  DeviceArray<Trial> trials;
+  DeviceArray<Trial> trials;  // the refinement's flood: every trial reached, its exact sums
   DeviceArray<ExactSums> sums;
+  DeviceArray<Trial> above[2];  // one round's trials above the floor (the next round's seeds)
+  DeviceArray<unsigned> seen;  // a bit per trial of the region: reached by the flood
+  bool seen_clear = false;     // every bit is 0 (the map is cleared after each search)
+  DeviceArray<unsigned long long> flood_count;  // trials reached; trials above the floor this round
   std::uint64_t exact_bank = 0;
   std::vector<double> exact_key;
 
@@ -172,6 +176,23 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   stats_.cube_resident = resident;
   StackView view;
   if (resident) view = acquire_stack(s, image, fractional);
+  // The refinement runs on the device when the cube is there and its map of reached trials (a
+  // bit each) takes at most a fifth of the free memory; else the screened trials go to the host.
+  const std::int64_t region_trials = r.count() * std::int64_t(bank.size());
+  bool device_refine = false;
+  if (options_.refine && resident) {
+    const std::size_t words = std::size_t((region_trials + 31) / 32);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    SHIFTSTACK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (st.seen.size() >= words) {
+      device_refine = true;
+    } else if (words * sizeof(unsigned) <= free_bytes / 5) {
+      st.seen.release();  // never shrunk: a new map is cleared whole before its first use
+      st.seen.resize(words);
+      st.seen_clear = false;
+      device_refine = true;
+    }
+  }
 
   // Band rows: the whole region if the two level buffers fit, else halved until they do.
   int rows = options_.tile_height > 0 ? std::min(options_.tile_height, r.height) : r.height;
@@ -206,7 +227,9 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
 
   // One pass of the tree over the region: digest partials and the trials past the screen.
   RootPartial totals{0, 0, 0, 0};
+  // The screened trials stay on the device when the refinement runs there too.
   std::vector<Hit> hits;
+  std::size_t hit_count = 0;
   auto tree_pass = [&](double screen) {
     for (;;) {
       SHIFTSTACK_CUDA_CHECK(cudaMemset(st.hit_count.get(), 0, sizeof(unsigned long long)));
@@ -266,7 +289,8 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
         st.hits.resize(std::size_t(found));
         continue;
       }
-      hits = st.hits.download(std::size_t(found));
+      hit_count = std::size_t(found);
+      if (!device_refine) hits = st.hits.download(hit_count);
       totals = RootPartial{0, 0, 0, 0};
       for (const RootPartial& q : partials) {  // block order: the same digest every run
         totals.sumA += q.sumA;
@@ -279,7 +303,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   };
   tree_pass(z_screen);
   // Nothing passed: lower the screen until something does, so maxZ is an exact score of a trial.
-  while (hits.empty() && std::isfinite(z_screen)) {
+  while (hit_count == 0 && std::isfinite(z_screen)) {
     z_screen = z_screen > -8 ? z_screen - 2 : -std::numeric_limits<double>::infinity();
     ++stats_.screen_passes;
     tree_pass(z_screen);
@@ -290,7 +314,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
     return a.x < b.x;
   });
   stats_.z_screen = z_screen;
-  stats_.screened = std::int64_t(hits.size());
+  stats_.screened = std::int64_t(hit_count);
   stats_.seconds_tree = since(t_start);
 
   SearchResult result;
@@ -339,24 +363,26 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   const auto t_refine = Clock::now();
   const std::int64_t limit = std::max<std::int64_t>(in.policy.max_candidates, 1 << 20) * 81;
   std::vector<tree::ExactScore> exact;
-  if (!resident) {
-    // Bands of a cube beyond device memory: cpu-tree's own refinement on the host.
+  if (!device_refine) {
+    // A cube beyond device memory (bands of it), or no room for the map: cpu-tree's own
+    // refinement on the host.
     std::vector<tree::TrialRef> seeds;
     for (const Hit& h : hits) seeds.push_back({h.x, h.y, h.velocity});
     exact = tree::refine(s, bank, r, seeds, floor, limit);
   } else {
     exact = [&] {
-      // The shifts per axis value, as tree::refine computes them (double, SPEC 2).
+      // The shifts per axis value, as tree::refine computes them (double, SPEC 2), uploaded once
+      // per bank.
       const int E = s.exposures, Va = int(bank.vx_count()), Vb = int(bank.vy_count());
-      std::vector<double> sx(std::size_t(Va) * E), sy(std::size_t(Vb) * E);
-      std::vector<int> ix(sx.size()), iy(sy.size());
-      for (int e = 0; e < E; ++e) {
-        for (int a = 0; a < Va; ++a) sx[std::size_t(a) * E + e] = bank.vx_axis[a] * bank.dt(e) + bank.curve_at_x(e);
-        for (int b = 0; b < Vb; ++b) sy[std::size_t(b) * E + e] = bank.vy_axis[b] * bank.dt(e) + bank.curve_at_y(e);
-      }
       std::vector<double> ekey = st.key;
       ekey.push_back(fractional ? 1 : 0);
       if (ekey != st.exact_key) {
+        std::vector<double> sx(std::size_t(Va) * E), sy(std::size_t(Vb) * E);
+        std::vector<int> ix(sx.size()), iy(sy.size());
+        for (int e = 0; e < E; ++e) {
+          for (int a = 0; a < Va; ++a) sx[std::size_t(a) * E + e] = bank.vx_axis[a] * bank.dt(e) + bank.curve_at_x(e);
+          for (int b = 0; b < Vb; ++b) sy[std::size_t(b) * E + e] = bank.vy_axis[b] * bank.dt(e) + bank.curve_at_y(e);
+        }
         for (std::size_t k = 0; k < sx.size(); ++k) ix[k] = round_shift(sx[k]);
         for (std::size_t k = 0; k < sy.size(); ++k) iy[k] = round_shift(sy[k]);
         st.ix.upload(ix);
@@ -373,56 +399,77 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
       tables.Va = Va;
       tables.exposures = E;
       tables.bilinear = fractional;
-      // tree::refine's flood: the seeds' neighbourhoods (origin +-1, each velocity index +-1),
-      // then the neighbours of every exact score above the floor, until none is new.
-      auto key_of = [&](int x, int y, std::int64_t v) {
-        return std::uint64_t((v * r.height + (y - r.y0)) * r.width + (x - r.x0));
-      };
-      std::unordered_set<std::uint64_t> seen;
-      std::vector<Trial> frontier;
-      auto offer_neighbours = [&](int x0, int y0, std::int32_t v0) {
-        const int a = int(v0 % Va), b = int(v0 / Va);
-        for (int db = -1; db <= 1; ++db)
-          for (int da = -1; da <= 1; ++da) {
-            const int na = a + da, nb = b + db;
-            if (na < 0 || nb < 0 || na >= Va || nb >= Vb) continue;
-            const std::int32_t v = std::int32_t(nb) * Va + na;
-            for (int dy = -1; dy <= 1; ++dy)
-              for (int dx = -1; dx <= 1; ++dx) {
-                const int x = x0 + dx, y = y0 + dy;
-                if (x < r.x0 || y < r.y0 || x >= r.x0 + r.width || y >= r.y0 + r.height) continue;
-                if (seen.insert(key_of(x, y, v)).second) frontier.push_back({x, y, v});
-              }
-          }
-      };
-      for (const Hit& h : hits) offer_neighbours(h.x, h.y, h.velocity);
-      std::vector<tree::ExactScore> scores;
-      while (!frontier.empty()) {
-        require(std::int64_t(scores.size() + frontier.size()) <= limit,
-                name_ + ": refinement would re-score more than " + std::to_string(limit) +
-                    " trials: raise the candidate threshold, lower the screen margin or raise max_candidates");
-        ++stats_.refine_rounds;
-        st.trials.upload(frontier);
-        st.sums.resize(frontier.size());
-        launch_exact(view, tables, st.trials.get(), int(frontier.size()), st.sums.get(), 0);
-        const std::vector<ExactSums> batch = st.sums.download(frontier.size());
-        const std::vector<Trial> scored = std::move(frontier);
-        frontier.clear();
-        for (std::size_t k = 0; k < scored.size(); ++k) {
-          const ExactSums& e = batch[k];
-          scores.push_back({scored[k].x, scored[k].y, scored[k].velocity, e.A, e.B, e.obs});
-          if (e.B > 0 && e.A / std::sqrt(e.B) > floor) offer_neighbours(scored[k].x, scored[k].y, scored[k].velocity);
-        }
+      // tree::refine's flood, on the device: the seeds' neighbourhoods (origin +-1, each velocity
+      // index +-1), then the neighbours of every exact score above the floor, until none is new.
+      // The set reached does not depend on the order, so neither do count, maxZ or candidates.
+      if (!st.seen_clear) {
+        SHIFTSTACK_CUDA_CHECK(cudaMemset(st.seen.get(), 0, st.seen.size() * sizeof(unsigned)));
+        st.seen_clear = true;
       }
-      std::sort(scores.begin(), scores.end(), [](const tree::ExactScore& p, const tree::ExactScore& q) {
-        if (p.velocity != q.velocity) return p.velocity < q.velocity;
-        if (p.y != q.y) return p.y < q.y;
-        return p.x < q.x;
-      });
+      st.flood_count.resize(2);
+      FloodParams flood;
+      flood.x0 = r.x0, flood.y0 = r.y0, flood.width = r.width, flood.height = r.height;
+      flood.Va = Va, flood.Vb = Vb;
+      flood.seen = st.seen.get();
+      flood.trial_count = st.flood_count.get();
+      unsigned long long* above_count = st.flood_count.get() + 1;
+      std::int64_t reached = 0;
+      for (;;) {  // once, or again with room for every trial if the list overflowed
+        // Room for every neighbour of every seed, within bounds; beyond, the overflow rule grows it.
+        const std::size_t room = std::min<std::size_t>(
+            std::clamp<std::size_t>(std::size_t(81) * hit_count, std::size_t(1) << 16, std::size_t(1) << 24),
+            std::size_t(region_trials));
+        if (st.trials.size() < room) st.trials.resize(room);
+        if (st.above[0].size() < st.trials.size()) {
+          st.above[0].resize(st.trials.size());
+          st.above[1].resize(st.trials.size());
+        }
+        flood.trials = st.trials.get();
+        flood.capacity = st.trials.size();
+        SHIFTSTACK_CUDA_CHECK(cudaMemset(st.flood_count.get(), 0, 2 * sizeof(unsigned long long)));
+        st.seen_clear = false;
+        launch_expand(st.hits.get(), int(hit_count), flood, 0);
+        std::int64_t scored = 0;
+        bool overflow = false;
+        for (int round = 0;; ++round) {
+          reached = std::int64_t(st.flood_count.download(1)[0]);
+          require(reached <= limit, name_ + ": refinement would re-score more than " + std::to_string(limit) +
+                                        " trials: raise the candidate threshold, lower the screen margin or "
+                                        "raise max_candidates");
+          if (reached > std::int64_t(st.trials.size())) {
+            overflow = true;
+            break;
+          }
+          if (reached == scored) break;
+          stats_.refine_rounds = round + 1;
+          if (st.sums.size() < st.trials.size()) st.sums.resize(st.trials.size());
+          Trial* above = st.above[round % 2].get();
+          SHIFTSTACK_CUDA_CHECK(cudaMemset(above_count, 0, sizeof(unsigned long long)));
+          launch_exact_flood(view, tables, flood, scored, int(reached - scored), st.sums.get(), floor, above,
+                             above_count, 0);
+          scored = reached;
+          const auto seeds = std::int64_t(st.flood_count.download(2)[1]);
+          launch_expand(above, int(seeds), flood, 0);
+        }
+        if (!overflow) break;
+        // Bits were set for trials the list could not hold: clear the whole map, make room, redo.
+        SHIFTSTACK_CUDA_CHECK(cudaMemset(st.seen.get(), 0, st.seen.size() * sizeof(unsigned)));
+        st.trials.resize(std::min<std::size_t>(std::size_t(reached) * 2, std::size_t(region_trials)));
+        stats_.refine_rounds = 0;
+      }
+      const std::vector<Trial> trials = st.trials.download(std::size_t(reached));
+      const std::vector<ExactSums> sums = st.sums.download(std::size_t(reached));
+      launch_clear_seen(flood, reached, 0);
+      SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(0));
+      st.seen_clear = true;
+      std::vector<tree::ExactScore> scores(static_cast<std::size_t>(reached));
+      for (std::size_t k = 0; k < scores.size(); ++k)
+        scores[k] = {trials[k].x, trials[k].y, trials[k].velocity, sums[k].A, sums[k].B, sums[k].obs};
       return scores;
     }();
   }
   stats_.refined = std::int64_t(exact.size());
+  stats_.refined_on_device = device_refine;
   for (const tree::ExactScore& e : exact) {
     if (!(e.B > 0)) continue;
     const double Z = e.A / std::sqrt(e.B);
@@ -436,7 +483,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   std::snprintf(note, sizeof note,
                 "%s: %.3g additions per trial, %d band(s), %lld screened above z = %.3f, %lld re-scored exactly%s",
                 name_.c_str(), stats_.additions_per_trial(), stats_.bands, (long long)stats_.screened, z_screen,
-                (long long)stats_.refined, resident ? " on the device" : " on the host");
+                (long long)stats_.refined, device_refine ? " on the device" : " on the host");
   return finish(note);
 }
 

@@ -76,4 +76,24 @@ int launch_root(const RootTables& tables, const float* level1, const RootParams&
 void launch_exact(const StackView& view, const ExactTables& tables, const Trial* trials, int count,
                   ExactSums* out, cudaStream_t stream);
 
+// The refinement's flood on the device (tree::refine's rule): every neighbour of a seed (origin
+// +-1, each velocity index +-1) inside the region and not yet scored joins the list of trials,
+// once: `seen` holds one bit per trial of the region, (v * height + y - y0) * width + x - x0.
+struct FloodParams {
+  int x0 = 0, y0 = 0, width = 0, height = 0, Va = 0, Vb = 0;
+  unsigned* seen = nullptr;
+  Trial* trials = nullptr;  // every trial the flood has reached, in the order reached
+  unsigned long long* trial_count = nullptr;
+  unsigned long long capacity = 0;  // trials beyond it are counted, not stored (then flood again)
+};
+void launch_expand(const Hit* seeds, int count, const FloodParams& flood, cudaStream_t stream);
+void launch_expand(const Trial* seeds, int count, const FloodParams& flood, cudaStream_t stream);
+// Exact sums of trials[first, first + count) into sums[first, ...); the trials whose exact Z is
+// above `floor` are appended to `above` (the next round's seeds).
+void launch_exact_flood(const StackView& view, const ExactTables& tables, const FloodParams& flood,
+                        std::int64_t first, int count, ExactSums* sums, double floor, Trial* above,
+                        unsigned long long* above_count, cudaStream_t stream);
+// Clears the bits of trials[0, count) again, so the next search starts from an empty map.
+void launch_clear_seen(const FloodParams& flood, std::int64_t count, cudaStream_t stream);
+
 }  // namespace shiftstack::cuda::tree_gpu

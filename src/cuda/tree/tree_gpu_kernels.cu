@@ -54,6 +54,7 @@ __global__ void __launch_bounds__(256) parent_kernel(const ParentEntry* entries,
     const float* a0 = child + e.src[0] + std::int64_t(r) * e.stride[0];
     const float* a1 = child + e.src[1] + std::int64_t(r) * e.stride[1];
     float* o = out + e.out + std::int64_t(r) * e.width;
+#pragma unroll 4  // several loads of a row in flight per thread
     for (int i = threadIdx.x; i < e.width; i += 32) {
       o[i] = __fadd_rn(__ldg(a0 + i), __ldg(a1 + i));
       o[i + e.out_plane] = __fadd_rn(__ldg(a0 + i + e.src_plane[0]), __ldg(a1 + i + e.src_plane[1]));
@@ -125,37 +126,44 @@ __global__ void __launch_bounds__(256) root_kernel(RootTables t, const float* __
   }
 }
 
-// exact_integer_trial() of src/cpu/exact_trial.cpp, one thread per trial, exposures in order.
+// exact_integer_trial() of src/cpu/exact_trial.cpp: exposures in order, the double sums formed
+// one exposure after the other. The samples of a chunk of exposures are loaded before any of them
+// is added, so one thread keeps several loads in flight (a trial's loads are independent; only
+// the additions form a chain).
 template <StorageCode S>
-__global__ void exact_integer_kernel(StackView view, ExactTables t, const Trial* trials, int count,
-                                     ExactSums* out) {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k >= count) return;
-  const Trial trial = trials[k];
+__device__ inline ExactSums exact_integer_sums(const StackView& view, const ExactTables& t, const Trial trial) {
+  constexpr int kChunk = 8;
   const int a = trial.velocity % t.Va, b = trial.velocity / t.Va;
   const int* sx = t.ix + std::int64_t(a) * t.exposures;
   const int* sy = t.iy + std::int64_t(b) * t.exposures;
   double A = 0, B = 0;
   int obs = 0;
-  for (int e = 0; e < t.exposures; ++e) {
-    const int px = trial.x + sx[e], py = trial.y + sy[e];
-    if (px < 0 || py < 0 || px >= view.image_width || py >= view.image_height) continue;
-    const RawSample d = decode_pixel<S>(view, e, px, py);
-    if (!d.valid) continue;
-    A = __dadd_rn(A, double(__fmul_rn(view.psi_weight[e], d.psi)));
-    B = __dadd_rn(B, double(__fmul_rn(view.phi_weight[e], d.phi)));
-    ++obs;
+  for (int e0 = 0; e0 < t.exposures; e0 += kChunk) {
+    RawSample d[kChunk];
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      const int e = e0 + k;
+      d[k] = RawSample{0.0f, 0.0f, false};
+      if (e >= t.exposures) continue;
+      const int px = trial.x + __ldg(sx + e), py = trial.y + __ldg(sy + e);
+      if (px < 0 || py < 0 || px >= view.image_width || py >= view.image_height) continue;
+      d[k] = decode_pixel<S>(view, e, px, py);
+    }
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      if (!d[k].valid) continue;
+      const int e = e0 + k;
+      A = __dadd_rn(A, double(__fmul_rn(view.psi_weight[e], d[k].psi)));
+      B = __dadd_rn(B, double(__fmul_rn(view.phi_weight[e], d[k].phi)));
+      ++obs;
+    }
   }
-  out[k] = ExactSums{A, B, obs, 0};
+  return ExactSums{A, B, obs, 0};
 }
 
 // exact_bilinear_trial(): bilinear A over the valid corners, B its exact variance.
 template <StorageCode S>
-__global__ void exact_bilinear_kernel(StackView view, ExactTables t, const Trial* trials, int count,
-                                      ExactSums* out) {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k >= count) return;
-  const Trial trial = trials[k];
+__device__ inline ExactSums exact_bilinear_sums(const StackView& view, const ExactTables& t, const Trial trial) {
   const int a = trial.velocity % t.Va, b = trial.velocity / t.Va;
   const double* sx = t.sx + std::int64_t(a) * t.exposures;
   const double* sy = t.sy + std::int64_t(b) * t.exposures;
@@ -210,8 +218,65 @@ __global__ void exact_bilinear_kernel(StackView view, ExactTables t, const Trial
     if (valid[0] && valid[3]) pair(w[0], w[3], cov(ix, iy).z);
     if (valid[1] && valid[2]) pair(w[1], w[2], cov(ix, iy).w);
   }
-  out[k] = ExactSums{A, B, obs, 0};
+  return ExactSums{A, B, obs, 0};
 }
+
+template <StorageCode S>
+__device__ inline ExactSums exact_sums(const StackView& view, const ExactTables& t, const Trial trial) {
+  return t.bilinear ? exact_bilinear_sums<S>(view, t, trial) : exact_integer_sums<S>(view, t, trial);
+}
+
+template <StorageCode S>
+__global__ void exact_kernel(StackView view, ExactTables t, const Trial* trials, int count, ExactSums* out) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < count) out[k] = exact_sums<S>(view, t, trials[k]);
+}
+
+__device__ inline unsigned long long flood_key(const FloodParams& f, int x, int y, int v) {
+  return (static_cast<unsigned long long>(v) * unsigned(f.height) + unsigned(y - f.y0)) * unsigned(f.width) +
+         unsigned(x - f.x0);
+}
+
+// One thread per (seed, neighbour): 81 neighbours, the seed itself among them.
+template <typename Seed>
+__global__ void expand_kernel(const Seed* seeds, int count, FloodParams f) {
+  const long long k = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= static_cast<long long>(count) * 81) return;
+  const Seed s = seeds[k / 81];
+  const int n = int(k % 81);
+  const int a = s.velocity % f.Va + n % 3 - 1, b = s.velocity / f.Va + (n / 3) % 3 - 1;
+  const int x = s.x + (n / 9) % 3 - 1, y = s.y + n / 27 - 1;
+  if (a < 0 || b < 0 || a >= f.Va || b >= f.Vb) return;
+  if (x < f.x0 || y < f.y0 || x >= f.x0 + f.width || y >= f.y0 + f.height) return;
+  const int v = b * f.Va + a;
+  const unsigned long long key = flood_key(f, x, y, v);
+  const unsigned bit = 1u << (key & 31u);
+  if (atomicOr(f.seen + (key >> 5), bit) & bit) return;  // reached before
+  const unsigned long long slot = atomicAdd(f.trial_count, 1ull);
+  if (slot < f.capacity) f.trials[slot] = Trial{x, y, v};
+}
+
+template <StorageCode S>
+__global__ void exact_flood_kernel(StackView view, ExactTables t, FloodParams f, long long first, int count,
+                                   ExactSums* sums, double floor, Trial* above, unsigned long long* above_count) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= count) return;
+  const Trial trial = f.trials[first + k];
+  const ExactSums e = exact_sums<S>(view, t, trial);
+  sums[first + k] = e;
+  // The host's test, A / sqrt(B) > floor, with the same correctly rounded operations.
+  if (e.B > 0 && __ddiv_rn(e.A, __dsqrt_rn(e.B)) > floor) above[atomicAdd(above_count, 1ull)] = trial;
+}
+
+__global__ void clear_seen_kernel(FloodParams f, long long count) {
+  const long long k = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= count) return;
+  const Trial s = f.trials[k];
+  const unsigned long long key = flood_key(f, s.x, s.y, s.velocity);
+  atomicAnd(f.seen + (key >> 5), ~(1u << (key & 31u)));
+}
+
+int blocks_for(long long threads, int per_block) { return int((threads + per_block - 1) / per_block); }
 
 }  // namespace
 
@@ -245,13 +310,38 @@ int launch_root(const RootTables& tables, const float* level1, const RootParams&
 void launch_exact(const StackView& view, const ExactTables& tables, const Trial* trials, int count,
                   ExactSums* out, cudaStream_t stream) {
   if (count == 0) return;
-  const int threads = 128, blocks = (count + threads - 1) / threads;
   dispatch_storage(view.storage, [&]<StorageCode S>() {
-    if (tables.bilinear)
-      exact_bilinear_kernel<S><<<blocks, threads, 0, stream>>>(view, tables, trials, count, out);
-    else
-      exact_integer_kernel<S><<<blocks, threads, 0, stream>>>(view, tables, trials, count, out);
+    exact_kernel<S><<<blocks_for(count, 128), 128, 0, stream>>>(view, tables, trials, count, out);
   });
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+}
+
+void launch_expand(const Hit* seeds, int count, const FloodParams& flood, cudaStream_t stream) {
+  if (count == 0) return;
+  expand_kernel<<<blocks_for(81LL * count, 256), 256, 0, stream>>>(seeds, count, flood);
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+}
+
+void launch_expand(const Trial* seeds, int count, const FloodParams& flood, cudaStream_t stream) {
+  if (count == 0) return;
+  expand_kernel<<<blocks_for(81LL * count, 256), 256, 0, stream>>>(seeds, count, flood);
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+}
+
+void launch_exact_flood(const StackView& view, const ExactTables& tables, const FloodParams& flood,
+                        std::int64_t first, int count, ExactSums* sums, double floor, Trial* above,
+                        unsigned long long* above_count, cudaStream_t stream) {
+  if (count == 0) return;
+  dispatch_storage(view.storage, [&]<StorageCode S>() {
+    exact_flood_kernel<S><<<blocks_for(count, 128), 128, 0, stream>>>(view, tables, flood, first, count, sums,
+                                                                        floor, above, above_count);
+  });
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+}
+
+void launch_clear_seen(const FloodParams& flood, std::int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  clear_seen_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(flood, count);
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 

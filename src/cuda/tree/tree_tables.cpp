@@ -17,9 +17,12 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows) {
   band.level.resize(plan.depth + 1);
   std::vector<std::int64_t> offset(N, 0);
   for (std::size_t n = 1; n < N; ++n) {
+    // Every node's maps, leaves of one exposure included (cpu-tree reads those in place from its
+    // band copy and gives them no maps; here the leaf kernel forms them from the cube).
+    const tree::AxisGeometry &gx = geo.node[n][0], &gy = geo.node[n][1];
     LevelPlan& L = band.level[plan.nodes[n].level];
     offset[n] = std::int64_t(L.floats);
-    L.floats += geo.node_floats[n];
+    L.floats += 2 * gx.used.size() * gy.used.size() * std::size_t(gx.length) * std::size_t(gy.length);
   }
   bool reads = false;
   for (std::size_t n = 1; n < N; ++n) {
