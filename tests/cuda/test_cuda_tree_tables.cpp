@@ -51,16 +51,18 @@ void emulate_band(const tree::Plan& plan, const BandPlan& band, const EncodedSta
             a += pa;
             b += pb;
           }
-          o[e.out + std::int64_t(r) * e.width + i] = a;
-          o[e.out + e.out_plane + std::int64_t(r) * e.width + i] = b;
+          const std::int64_t at = e.out + kPixelFloats * (std::int64_t(r) * e.width + i);
+          o[at] = a;
+          o[at + 1] = b;
         }
     for (const ParentEntry& e : L.parents)
       for (int r = 0; r < e.height; ++r)
         for (int i = 0; i < e.width; ++i) {
-          const std::int64_t p0 = e.src[0] + std::int64_t(r) * e.stride[0] + i;
-          const std::int64_t p1 = e.src[1] + std::int64_t(r) * e.stride[1] + i;
-          o[e.out + std::int64_t(r) * e.width + i] = c[p0] + c[p1];
-          o[e.out + e.out_plane + std::int64_t(r) * e.width + i] = c[p0 + e.src_plane[0]] + c[p1 + e.src_plane[1]];
+          const std::int64_t p0 = e.src[0] + std::int64_t(r) * e.stride[0] + kPixelFloats * i;
+          const std::int64_t p1 = e.src[1] + std::int64_t(r) * e.stride[1] + kPixelFloats * i;
+          const std::int64_t at = e.out + kPixelFloats * (std::int64_t(r) * e.width + i);
+          o[at] = c[p0] + c[p1];
+          o[at + 1] = c[p0 + 1] + c[p1 + 1];
         }
   }
   const float* maps = buffer[1].data();
@@ -68,9 +70,11 @@ void emulate_band(const tree::Plan& plan, const BandPlan& band, const EncodedSta
     const int a = v % band.Va, b = v / band.Va;
     for (int r = 0; r < band.rows; ++r)
       for (int i = 0; i < band.width; ++i) {
-        const std::int64_t q0 = band.x_part[a] + band.y_part[b] + std::int64_t(r) * band.stride[0] + i;
-        const std::int64_t q1 = band.x_part[band.Va + a] + band.y_part[band.Vb + b] + std::int64_t(r) * band.stride[1] + i;
-        const float A = maps[q0] + maps[q1], B = maps[q0 + band.plane[0]] + maps[q1 + band.plane[1]];
+        const std::int64_t q0 =
+            band.x_part[a] + band.y_part[b] + std::int64_t(r) * band.stride[0] + kPixelFloats * i;
+        const std::int64_t q1 = band.x_part[band.Va + a] + band.y_part[band.Vb + b] +
+                                std::int64_t(r) * band.stride[1] + kPixelFloats * i;
+        const float A = maps[q0] + maps[q1], B = maps[q0 + 1] + maps[q1 + 1];
         // A map pixel nothing wrote stays NaN and fails B > 0 and the comparison below.
         EXPECT_FALSE(std::isnan(A) || std::isnan(B)) << "unwritten map read at v " << v << " (" << i << "," << r << ")";
         if (B > 0) out.push_back({x0 + i, y0 + r, v, A, B});
@@ -169,10 +173,12 @@ TEST(CudaTreeTables, LevelsAlternateBuffersAndTheRootReadsLevelOne) {
       // Every read lies inside the child level's maps.
       for (int c = 0; c < 2; ++c) {
         EXPECT_GE(e.src[c], 0);
-        EXPECT_LE(e.src[c] + e.src_plane[c] + std::int64_t(e.height - 1) * e.stride[c] + e.width,
+        EXPECT_EQ(e.src[c] % kPixelFloats, 0) << "a pixel's pair is read as one aligned load";
+        EXPECT_LE(e.src[c] + std::int64_t(e.height - 1) * e.stride[c] + kPixelFloats * std::int64_t(e.width),
                   std::int64_t(band.level[l + 1].floats));
       }
-      EXPECT_LE(e.out + e.out_plane + std::int64_t(e.width) * e.height, std::int64_t(band.level[l].floats));
+      EXPECT_EQ(e.out % kPixelFloats, 0);
+      EXPECT_LE(e.out + kPixelFloats * std::int64_t(e.width) * e.height, std::int64_t(band.level[l].floats));
     }
   }
   EXPECT_GT(band.traffic_bytes(), 16.0 * double(band.root_additions));

@@ -69,7 +69,6 @@ struct BandTables {
     root.x_part = x_part.get();
     root.y_part = y_part.get();
     for (int c = 0; c < 2; ++c) {
-      root.plane[c] = plan.plane[c];
       root.stride[c] = plan.stride[c];
     }
     root.Va = plan.Va;
@@ -106,7 +105,8 @@ struct CudaTreeEngine::State {
   DeviceArray<double> sx, sy;
   DeviceArray<Trial> trials;  // the refinement's flood: every trial reached, its exact sums
   DeviceArray<ExactSums> sums;
-  DeviceArray<Trial> above[2];  // one round's trials above the floor (the next round's seeds)
+  DeviceArray<Trial> above;  // trials above the floor, round after round (each round's seeds)
+  DeviceArray<ExactSums> above_sums;
   DeviceArray<unsigned> seen;  // a bit per trial of the region: reached by the flood
   bool seen_clear = false;     // every bit is 0 (the map is cleared after each search)
   DeviceArray<unsigned long long> flood_count;  // trials reached; trials above the floor this round
@@ -363,6 +363,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   const auto t_refine = Clock::now();
   const std::int64_t limit = std::max<std::int64_t>(in.policy.max_candidates, 1 << 20) * 81;
   std::vector<tree::ExactScore> exact;
+  std::int64_t rescored = 0;  // device refinement: trials re-scored (only those above the floor return)
   if (!device_refine) {
     // A cube beyond device memory (bands of it), or no room for the map: cpu-tree's own
     // refinement on the host.
@@ -413,16 +414,16 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
       flood.seen = st.seen.get();
       flood.trial_count = st.flood_count.get();
       unsigned long long* above_count = st.flood_count.get() + 1;
-      std::int64_t reached = 0;
+      std::int64_t reached = 0, accepted = 0;
       for (;;) {  // once, or again with room for every trial if the list overflowed
         // Room for every neighbour of every seed, within bounds; beyond, the overflow rule grows it.
         const std::size_t room = std::min<std::size_t>(
             std::clamp<std::size_t>(std::size_t(81) * hit_count, std::size_t(1) << 16, std::size_t(1) << 24),
             std::size_t(region_trials));
         if (st.trials.size() < room) st.trials.resize(room);
-        if (st.above[0].size() < st.trials.size()) {
-          st.above[0].resize(st.trials.size());
-          st.above[1].resize(st.trials.size());
+        if (st.above.size() < st.trials.size()) {
+          st.above.resize(st.trials.size());
+          st.above_sums.resize(st.trials.size());
         }
         flood.trials = st.trials.get();
         flood.capacity = st.trials.size();
@@ -430,6 +431,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
         st.seen_clear = false;
         launch_expand(st.hits.get(), int(hit_count), flood, 0);
         std::int64_t scored = 0;
+        accepted = 0;
         bool overflow = false;
         for (int round = 0;; ++round) {
           reached = std::int64_t(st.flood_count.download(1)[0]);
@@ -443,13 +445,12 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
           if (reached == scored) break;
           stats_.refine_rounds = round + 1;
           if (st.sums.size() < st.trials.size()) st.sums.resize(st.trials.size());
-          Trial* above = st.above[round % 2].get();
-          SHIFTSTACK_CUDA_CHECK(cudaMemset(above_count, 0, sizeof(unsigned long long)));
-          launch_exact_flood(view, tables, flood, scored, int(reached - scored), st.sums.get(), floor, above,
-                             above_count, 0);
+          launch_exact_flood(view, tables, flood, scored, int(reached - scored), st.sums.get(), floor,
+                             st.above.get(), st.above_sums.get(), above_count, 0);
           scored = reached;
-          const auto seeds = std::int64_t(st.flood_count.download(2)[1]);
-          launch_expand(above, int(seeds), flood, 0);
+          const auto now = std::int64_t(st.flood_count.download(2)[1]);
+          launch_expand(st.above.get() + accepted, int(now - accepted), flood, 0);  // this round's seeds
+          accepted = now;
         }
         if (!overflow) break;
         // Bits were set for trials the list could not hold: clear the whole map, make room, redo.
@@ -457,18 +458,22 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
         st.trials.resize(std::min<std::size_t>(std::size_t(reached) * 2, std::size_t(region_trials)));
         stats_.refine_rounds = 0;
       }
-      const std::vector<Trial> trials = st.trials.download(std::size_t(reached));
-      const std::vector<ExactSums> sums = st.sums.download(std::size_t(reached));
-      launch_clear_seen(flood, reached, 0);
-      SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(0));
+      // The host needs the trials above the floor alone (count, candidates, maxZ); when none
+      // passed, maxZ is the best of every re-scored trial, so all of them come back.
+      const bool all = accepted == 0;
+      const std::size_t n = std::size_t(all ? reached : accepted);
+      const std::vector<Trial> trials = (all ? st.trials : st.above).download(n);
+      const std::vector<ExactSums> sums = (all ? st.sums : st.above_sums).download(n);
+      launch_clear_seen(flood, reached, 0);  // ordered before the next search's use of the map
       st.seen_clear = true;
-      std::vector<tree::ExactScore> scores(static_cast<std::size_t>(reached));
-      for (std::size_t k = 0; k < scores.size(); ++k)
+      rescored = reached;
+      std::vector<tree::ExactScore> scores(n);
+      for (std::size_t k = 0; k < n; ++k)
         scores[k] = {trials[k].x, trials[k].y, trials[k].velocity, sums[k].A, sums[k].B, sums[k].obs};
       return scores;
     }();
   }
-  stats_.refined = std::int64_t(exact.size());
+  stats_.refined = device_refine ? rescored : std::int64_t(exact.size());
   stats_.refined_on_device = device_refine;
   for (const tree::ExactScore& e : exact) {
     if (!(e.B > 0)) continue;

@@ -12,12 +12,11 @@
 
 namespace shiftstack::cuda::tree_gpu {
 
-// The root's reads: trial (i, r, a, b) sums child c's maps at
-// x_part[c * Va + a] + y_part[c * Vb + b] + r * stride[c] + i (A), + plane[c] (B).
+// The root's reads: trial (i, r, a, b) sums child c's pixel at
+// x_part[c * Va + a] + y_part[c * Vb + b] + r * stride[c] + kPixelFloats * i (A, then B).
 struct RootTables {
   const std::int64_t* x_part = nullptr;
   const std::int64_t* y_part = nullptr;
-  std::int64_t plane[2] = {0, 0};
   int stride[2] = {0, 0};
   int Va = 0, Vb = 0;
 };
@@ -89,10 +88,11 @@ struct FloodParams {
 void launch_expand(const Hit* seeds, int count, const FloodParams& flood, cudaStream_t stream);
 void launch_expand(const Trial* seeds, int count, const FloodParams& flood, cudaStream_t stream);
 // Exact sums of trials[first, first + count) into sums[first, ...); the trials whose exact Z is
-// above `floor` are appended to `above` (the next round's seeds).
+// above `floor` are appended, with their sums, to `above` at *above_count (the next round's
+// seeds, and all the host needs of the refinement when any trial passes the floor).
 void launch_exact_flood(const StackView& view, const ExactTables& tables, const FloodParams& flood,
                         std::int64_t first, int count, ExactSums* sums, double floor, Trial* above,
-                        unsigned long long* above_count, cudaStream_t stream);
+                        ExactSums* above_sums, unsigned long long* above_count, cudaStream_t stream);
 // Clears the bits of trials[0, count) again, so the next search starts from an empty map.
 void launch_clear_seen(const FloodParams& flood, std::int64_t count, cudaStream_t stream);
 

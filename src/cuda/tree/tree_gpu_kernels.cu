@@ -3,6 +3,8 @@
 // screened trials. Float additions are written with __fadd_rn / __fmul_rn and the double sums
 // with __dadd_rn / __dmul_rn, so that nothing is contracted into a fused multiply-add: the tree
 // sums are cpu-tree's floats and the exact sums the reference engine's doubles, bit for bit.
+#include <algorithm>
+
 #include "cuda/common/check.cuh"
 #include "cuda/tree/tree_gpu.cuh"
 
@@ -41,23 +43,35 @@ __global__ void __launch_bounds__(256) leaf_kernel(StackView view, const LeafEnt
         sum.x = __fadd_rn(sum.x, v.x);
         sum.y = __fadd_rn(sum.y, v.y);
       }
-      const std::int64_t at = entry.out + std::int64_t(r) * entry.width + i;
-      out[at] = sum.x;
-      out[at + entry.out_plane] = sum.y;
+      *reinterpret_cast<float2*>(out + entry.out + kPixelFloats * (std::int64_t(r) * entry.width + i)) = sum;
     }
 }
+
+// Each warp forms kParentRows rows of a 32-row slab at once (rows 8 apart), so a thread keeps
+// 4 x kParentRows loads in flight and a block's start-up (reading its entry) is paid per slab.
+constexpr int kParentRows = 4;
 
 __global__ void __launch_bounds__(256) parent_kernel(const ParentEntry* entries, const float* __restrict__ child,
                                                      float* __restrict__ out) {
   const ParentEntry e = entries[blockIdx.x];
-  for (int r = blockIdx.y * kRowsPerBlock + threadIdx.y; r < e.height; r += gridDim.y * kRowsPerBlock) {
-    const float* a0 = child + e.src[0] + std::int64_t(r) * e.stride[0];
-    const float* a1 = child + e.src[1] + std::int64_t(r) * e.stride[1];
-    float* o = out + e.out + std::int64_t(r) * e.width;
-#pragma unroll 4  // several loads of a row in flight per thread
+  constexpr int slab = kRowsPerBlock * kParentRows;
+  for (int r0 = blockIdx.y * slab + threadIdx.y; r0 < e.height; r0 += gridDim.y * slab) {
     for (int i = threadIdx.x; i < e.width; i += 32) {
-      o[i] = __fadd_rn(__ldg(a0 + i), __ldg(a1 + i));
-      o[i + e.out_plane] = __fadd_rn(__ldg(a0 + i + e.src_plane[0]), __ldg(a1 + i + e.src_plane[1]));
+      float2 sum[kParentRows];
+#pragma unroll
+      for (int k = 0; k < kParentRows; ++k) {
+        const int r = r0 + k * kRowsPerBlock;
+        if (r >= e.height) break;
+        const float2 c0 = __ldg(reinterpret_cast<const float2*>(child + e.src[0] + std::int64_t(r) * e.stride[0]) + i);
+        const float2 c1 = __ldg(reinterpret_cast<const float2*>(child + e.src[1] + std::int64_t(r) * e.stride[1]) + i);
+        sum[k] = make_float2(__fadd_rn(c0.x, c1.x), __fadd_rn(c0.y, c1.y));
+      }
+#pragma unroll
+      for (int k = 0; k < kParentRows; ++k) {
+        const int r = r0 + k * kRowsPerBlock;
+        if (r >= e.height) break;
+        reinterpret_cast<float2*>(out + e.out + kPixelFloats * std::int64_t(r) * e.width)[i] = sum[k];
+      }
     }
   }
 }
@@ -69,6 +83,7 @@ __device__ inline T warp_sum(T v) {
 }
 
 constexpr int kRootRowsPerThread = kRootTileY / 8;
+constexpr int kRootChunk = 256;  // velocities whose map starts a root block stages at once
 
 // Block (32, 8): origins x0 + blockIdx.x * 32 + tx, rows y0 + blockIdx.y * 32 + ty + 8 k; trials of
 // the velocities [blockIdx.z * vpb, +vpb). A = a0 + a1, B = b0 + b1 as cpu-tree's root forms them.
@@ -80,20 +95,40 @@ __global__ void __launch_bounds__(256) root_kernel(RootTables t, const float* __
   const int v_last = min(v_first + p.velocities_per_block, velocities);
   double sum_a = 0, sum_b = 0;
   unsigned long long scored = 0, counted = 0;
-  if (i < p.width) {
-    for (int v = v_first; v < v_last; ++v) {
-      const int a = v % t.Va, b = v / t.Va;
-      const float* c0 = maps + t.x_part[a] + t.y_part[b] + i;
-      const float* c1 = maps + t.x_part[t.Va + a] + t.y_part[t.Vb + b] + i;
+  // The two children's map starts of a chunk of velocities, staged once per block: the loop
+  // below then waits on the maps alone, not on a table read before each velocity.
+  __shared__ std::int64_t start[2][kRootChunk];
+  const int thread = threadIdx.y * 32 + threadIdx.x;
+  for (int base = v_first; base < v_last; base += kRootChunk) {
+    const int chunk = min(kRootChunk, v_last - base);
+    __syncthreads();
+    if (thread < chunk) {
+      const int a = (base + thread) % t.Va, b = (base + thread) / t.Va;
+      start[0][thread] = t.x_part[a] + t.y_part[b];
+      start[1][thread] = t.x_part[t.Va + a] + t.y_part[t.Vb + b];
+    }
+    __syncthreads();
+    if (i >= p.width) continue;
+    for (int j = 0; j < chunk; ++j) {
+      const int v = base + j;
+      const float* c0 = maps + start[0][j] + kPixelFloats * i;
+      const float* c1 = maps + start[1][j] + kPixelFloats * i;
+      float As[kRootRowsPerThread], Bs[kRootRowsPerThread];
+#pragma unroll
+      for (int k = 0; k < kRootRowsPerThread; ++k) {  // every row's loads first, then the tests
+        const int r = r0 + 8 * k;
+        As[k] = 0.0f, Bs[k] = 0.0f;
+        if (r >= p.height) continue;
+        const float2 q0 = __ldg(reinterpret_cast<const float2*>(c0 + std::int64_t(r) * t.stride[0]));
+        const float2 q1 = __ldg(reinterpret_cast<const float2*>(c1 + std::int64_t(r) * t.stride[1]));
+        As[k] = __fadd_rn(q0.x, q1.x);
+        Bs[k] = __fadd_rn(q0.y, q1.y);
+      }
 #pragma unroll
       for (int k = 0; k < kRootRowsPerThread; ++k) {
         const int r = r0 + 8 * k;
-        if (r >= p.height) break;
-        const float* p0 = c0 + std::int64_t(r) * t.stride[0];
-        const float* p1 = c1 + std::int64_t(r) * t.stride[1];
-        const float A = __fadd_rn(__ldg(p0), __ldg(p1));
-        const float B = __fadd_rn(__ldg(p0 + t.plane[0]), __ldg(p1 + t.plane[1]));
-        if (!(B > 0.0f)) continue;
+        const float A = As[k], B = Bs[k];
+        if (r >= p.height || !(B > 0.0f)) continue;
         sum_a += A;
         sum_b += B;
         ++scored;
@@ -258,14 +293,83 @@ __global__ void expand_kernel(const Seed* seeds, int count, FloodParams f) {
 
 template <StorageCode S>
 __global__ void exact_flood_kernel(StackView view, ExactTables t, FloodParams f, long long first, int count,
-                                   ExactSums* sums, double floor, Trial* above, unsigned long long* above_count) {
+                                   ExactSums* sums, double floor, Trial* above, ExactSums* above_sums,
+                                   unsigned long long* above_count) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= count) return;
   const Trial trial = f.trials[first + k];
   const ExactSums e = exact_sums<S>(view, t, trial);
   sums[first + k] = e;
   // The host's test, A / sqrt(B) > floor, with the same correctly rounded operations.
-  if (e.B > 0 && __ddiv_rn(e.A, __dsqrt_rn(e.B)) > floor) above[atomicAdd(above_count, 1ull)] = trial;
+  if (e.B > 0 && __ddiv_rn(e.A, __dsqrt_rn(e.B)) > floor) {
+    const unsigned long long slot = atomicAdd(above_count, 1ull);
+    above[slot] = trial;
+    above_sums[slot] = e;
+  }
+}
+
+// Integer shifts, kExactLanes lanes per trial: each lane decodes every kExactLanes-th exposure
+// (kExactSets of them per step, loads in flight), then the group adds the terms in exposure
+// order, every lane of the group forming the same double sums. The sums are
+// exact_integer_trial()'s, bit for bit; the decoding work is spread over the lanes.
+constexpr int kExactLanes = 4, kExactSets = 2;
+
+template <StorageCode S>
+__global__ void exact_flood_grouped_kernel(StackView view, ExactTables t, FloodParams f, long long first, int count,
+                                           ExactSums* sums, double floor, Trial* above, ExactSums* above_sums,
+                                           unsigned long long* above_count) {
+  const long long k = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kExactLanes;
+  const int lane = threadIdx.x & 31, slot = lane & (kExactLanes - 1), leader = lane & ~(kExactLanes - 1);
+  const bool live = k < count;
+  Trial trial{0, 0, 0};
+  if (live) trial = f.trials[first + k];
+  const int a = trial.velocity % t.Va, b = trial.velocity / t.Va;
+  const int* sx = t.ix + std::int64_t(a) * t.exposures;
+  const int* sy = t.iy + std::int64_t(b) * t.exposures;
+  double A = 0, B = 0;
+  int obs = 0;
+  for (int e0 = 0; e0 < t.exposures; e0 += kExactLanes * kExactSets) {  // the same trip count in every lane
+    float term_a[kExactSets], term_b[kExactSets];
+    unsigned valid[kExactSets];
+#pragma unroll
+    for (int set = 0; set < kExactSets; ++set) {
+      const int e = e0 + set * kExactLanes + slot;
+      bool ok = false;
+      term_a[set] = term_b[set] = 0.0f;
+      if (live && e < t.exposures) {
+        const int px = trial.x + __ldg(sx + e), py = trial.y + __ldg(sy + e);
+        if (px >= 0 && py >= 0 && px < view.image_width && py < view.image_height) {
+          const RawSample d = decode_pixel<S>(view, e, px, py);
+          ok = d.valid;
+          if (ok) {
+            term_a[set] = __fmul_rn(view.psi_weight[e], d.psi);
+            term_b[set] = __fmul_rn(view.phi_weight[e], d.phi);
+          }
+        }
+      }
+      valid[set] = __ballot_sync(0xffffffffu, ok);
+    }
+#pragma unroll
+    for (int set = 0; set < kExactSets; ++set)
+#pragma unroll
+      for (int j = 0; j < kExactLanes; ++j) {
+        const float ta = __shfl_sync(0xffffffffu, term_a[set], leader + j);
+        const float tb = __shfl_sync(0xffffffffu, term_b[set], leader + j);
+        if ((valid[set] >> (leader + j)) & 1u) {
+          A = __dadd_rn(A, double(ta));
+          B = __dadd_rn(B, double(tb));
+          ++obs;
+        }
+      }
+  }
+  if (!live || slot != 0) return;
+  const ExactSums e{A, B, obs, 0};
+  sums[first + k] = e;
+  if (B > 0 && __ddiv_rn(A, __dsqrt_rn(B)) > floor) {
+    const unsigned long long slot = atomicAdd(above_count, 1ull);
+    above[slot] = trial;
+    above_sums[slot] = e;
+  }
 }
 
 __global__ void clear_seen_kernel(FloodParams f, long long count) {
@@ -293,7 +397,9 @@ void launch_leaves(const StackView& view, const LeafEntry* entries, int count, i
 void launch_parents(const ParentEntry* entries, int count, int max_height, const float* child, float* out,
                     cudaStream_t stream) {
   if (count == 0) return;
-  const dim3 grid(count, grid_rows(max_height)), block(32, kRowsPerBlock);
+  const int slabs = std::min(65535, std::max(1, (max_height + kRowsPerBlock * kParentRows - 1) /
+                                                   (kRowsPerBlock * kParentRows)));
+  const dim3 grid(count, slabs), block(32, kRowsPerBlock);
   parent_kernel<<<grid, block, 0, stream>>>(entries, child, out);
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
@@ -330,11 +436,15 @@ void launch_expand(const Trial* seeds, int count, const FloodParams& flood, cuda
 
 void launch_exact_flood(const StackView& view, const ExactTables& tables, const FloodParams& flood,
                         std::int64_t first, int count, ExactSums* sums, double floor, Trial* above,
-                        unsigned long long* above_count, cudaStream_t stream) {
+                        ExactSums* above_sums, unsigned long long* above_count, cudaStream_t stream) {
   if (count == 0) return;
   dispatch_storage(view.storage, [&]<StorageCode S>() {
-    exact_flood_kernel<S><<<blocks_for(count, 128), 128, 0, stream>>>(view, tables, flood, first, count, sums,
-                                                                        floor, above, above_count);
+    if (tables.bilinear)
+      exact_flood_kernel<S><<<blocks_for(count, 128), 128, 0, stream>>>(view, tables, flood, first, count, sums,
+                                                                          floor, above, above_sums, above_count);
+    else
+      exact_flood_grouped_kernel<S><<<blocks_for(std::int64_t(kExactLanes) * count, 128), 128, 0, stream>>>(
+          view, tables, flood, first, count, sums, floor, above, above_sums, above_count);
   });
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }

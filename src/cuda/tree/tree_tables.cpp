@@ -22,7 +22,7 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows) {
     const tree::AxisGeometry &gx = geo.node[n][0], &gy = geo.node[n][1];
     LevelPlan& L = band.level[plan.nodes[n].level];
     offset[n] = std::int64_t(L.floats);
-    L.floats += 2 * gx.used.size() * gy.used.size() * std::size_t(gx.length) * std::size_t(gy.length);
+    L.floats += kPixelFloats * gx.used.size() * gy.used.size() * std::size_t(gx.length) * std::size_t(gy.length);
   }
   bool reads = false;
   for (std::size_t n = 1; n < N; ++n) {
@@ -34,9 +34,9 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows) {
     for (int jy : gy.used)
       for (int jx : gx.used) {
         // Maps in cpu-tree's order: velocity-y rank major, then x rank; A plane, then B.
-        const std::int64_t out = offset[n] + 2 * plane * (gy.rank[jy] * nux + gx.rank[jx]);
+        const std::int64_t out = offset[n] + kPixelFloats * plane * (gy.rank[jy] * nux + gx.rank[jx]);
         if (node.leaf()) {
-          L.leaves.push_back({out, plane, W, H, int(L.samples.size()), node.count});
+          L.leaves.push_back({out, W, H, int(L.samples.size()), node.count});
           for (int i = 0; i < node.count; ++i) {
             const int dx = gx.base[jx] + node.axis[0].exposure_shift[std::size_t(jx) * node.count + i];
             const int dy = gy.base[jy] + node.axis[1].exposure_shift[std::size_t(jy) * node.count + i];
@@ -56,7 +56,6 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows) {
         }
         ParentEntry e{};
         e.out = out;
-        e.out_plane = plane;
         e.width = W;
         e.height = H;
         for (int ci = 0; ci < 2; ++ci) {
@@ -64,11 +63,10 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows) {
           const tree::AxisGeometry &cx = geo.node[child][0], &cy = geo.node[child][1];
           const std::int64_t cplane = std::int64_t(cx.length) * cy.length;
           e.src[ci] = offset[child] +
-                      2 * cplane * (std::int64_t(gy.child_rank[ci][jy]) * std::int64_t(cx.used.size()) +
-                                    gx.child_rank[ci][jx]) +
-                      std::int64_t(gy.child_offset[ci][jy]) * cx.length + gx.child_offset[ci][jx];
-          e.src_plane[ci] = cplane;
-          e.stride[ci] = cx.length;
+                      kPixelFloats * cplane *
+                          (std::int64_t(gy.child_rank[ci][jy]) * std::int64_t(cx.used.size()) + gx.child_rank[ci][jx]) +
+                      kPixelFloats * (std::int64_t(gy.child_offset[ci][jy]) * cx.length + gx.child_offset[ci][jx]);
+          e.stride[ci] = kPixelFloats * cx.length;
         }
         L.parents.push_back(e);
         L.parent_rows = std::max(L.parent_rows, H);
@@ -89,12 +87,12 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows) {
     const tree::AxisGeometry &cx = geo.node[child][0], &cy = geo.node[child][1];
     const std::int64_t cplane = std::int64_t(cx.length) * cy.length;
     for (int a = 0; a < band.Va; ++a)
-      band.x_part[c * band.Va + a] = 2 * cplane * px.child_rank[c][a] + px.child_offset[c][a];
+      band.x_part[c * band.Va + a] = kPixelFloats * (cplane * px.child_rank[c][a] + px.child_offset[c][a]);
     for (int b = 0; b < band.Vb; ++b)
-      band.y_part[c * band.Vb + b] = offset[child] + 2 * cplane * std::int64_t(cx.used.size()) * py.child_rank[c][b] +
-                                     std::int64_t(py.child_offset[c][b]) * cx.length;
-    band.plane[c] = cplane;
-    band.stride[c] = cx.length;
+      band.y_part[c * band.Vb + b] =
+          offset[child] + kPixelFloats * (cplane * std::int64_t(cx.used.size()) * py.child_rank[c][b] +
+                                          std::int64_t(py.child_offset[c][b]) * cx.length);
+    band.stride[c] = kPixelFloats * cx.length;
   }
   band.root_additions = std::int64_t(band.Va) * band.Vb * width * rows;
   return band;

@@ -12,20 +12,22 @@
 
 namespace shiftstack::cuda::tree_gpu {
 
+// Every map holds per pixel its A and then its B (kPixelFloats floats: one aligned 8-byte pair,
+// so a kernel moves a pixel's two channels in one load whatever the shift). Offsets and strides
+// are in floats; pixel i of a row lies kPixelFloats * i floats after the row's start.
+constexpr int kPixelFloats = 2;
+
 // One node velocity of a parent node: per map pixel, A = child0 + child1 and B likewise.
-// Offsets are in floats; every map is an A plane followed by its B plane.
 struct ParentEntry {
-  std::int64_t out;           // this entry's A plane in the level buffer
-  std::int64_t out_plane;     // B plane = A plane + out_plane
-  std::int64_t src[2];        // first sample read from each child's A plane (child level buffer)
-  std::int64_t src_plane[2];  // each child's plane size
-  int width, height;
-  int stride[2];              // each child's row length
+  std::int64_t out;     // this entry's map in the level buffer
+  std::int64_t src[2];  // first pixel read from each child's map (child level buffer)
+  int width, height;    // in pixels
+  int stride[2];        // each child's row length, in floats
 };
 
 // One node velocity of a leaf: the sum of its exposures, each at its own shift, in plan order.
 struct LeafEntry {
-  std::int64_t out, out_plane;
+  std::int64_t out;
   int width, height;
   int first, count;  // its samples: LeafSample[first .. first + count)
 };
@@ -46,13 +48,12 @@ struct LevelPlan {
 // The plan over a band of `rows` origin rows and `width` origins: every node's maps at a fixed
 // place in its level's buffer (levels alternate between two buffers: level l in buffer l % 2,
 // formed from level l + 1 in the other), and the root's reads: trial (i, r, a, b) sums child c's
-// maps at x_part[c * Va + a] + y_part[c * Vb + b] + r * stride[c] + i (A), + plane[c] (B).
+// pixel at x_part[c * Va + a] + y_part[c * Vb + b] + r * stride[c] + kPixelFloats * i (A; B next).
 struct BandPlan {
   int width = 0, rows = 0;
   std::vector<LevelPlan> level;  // [0 .. depth]; level 0 (the root) keeps no maps
   std::vector<std::int64_t> x_part, y_part;
-  std::int64_t plane[2] = {0, 0};
-  int stride[2] = {0, 0};
+  int stride[2] = {0, 0};  // floats
   int Va = 0, Vb = 0;
   std::size_t buffer_floats[2] = {0, 0};
   // Samples the leaves read, relative to the band's first origin: [lo, hi) per axis.
