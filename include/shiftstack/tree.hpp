@@ -135,11 +135,14 @@ struct TreeStudyOptions {
   std::vector<double> completeness_snr = {5, 6, 7, 8, 9, 10};
   int injections_per_snr = 30;               // noisy injections per SNR, same cubes for every method
   std::vector<double> margins = {0.5, 1.0, 1.5, 2.5};  // cpu-tree screen margins tried
+  // The GPU study: cuda-tree (and cuda-tree-screen) against cuda-fast, in place of cpu-tree
+  // against cpu (needs a build with CUDA and a device).
+  bool gpu = false;
   bool verbose = false;
 };
 
 struct TreeStudyMethod {
-  std::string name;    // "cpu" or "cpu-tree margin m"
+  std::string name;    // the exhaustive engine ("cpu", "cuda-fast") or "<tree engine> margin m"
   double margin = -1;  // -1 for the exhaustive engine
   std::vector<int> detected;  // per completeness SNR
   std::int64_t false_alarms = 0;  // null-cube trials above z_thr, all null cubes

@@ -16,6 +16,10 @@
 #include "shiftstack/tree.hpp"
 #include "validation/validation_internal.hpp"
 
+#ifdef SHIFTSTACK_HAVE_CUDA
+#include "cuda/tree/cuda_tree.hpp"  // the GPU study
+#endif
+
 namespace shiftstack {
 
 namespace {
@@ -46,10 +50,23 @@ TreeOptions tree_options(double margin, bool refine) {
   return o;
 }
 
+std::unique_ptr<Engine> make_tree(bool gpu, const TreeOptions& options, const std::string& name) {
+  if (!gpu) return std::make_unique<TreeEngine>(options, name);
+#ifdef SHIFTSTACK_HAVE_CUDA
+  return std::make_unique<cuda::CudaTreeEngine>(options, name);
+#else
+  throw Error("tree study: the GPU study (cuda-tree) needs a build with CUDA");
+#endif
+}
+
 SearchResult run(Engine& engine, const EncodedStack& s, const MotionBank& bank, const OutputPolicy& p, Region r = {}) {
   SearchResult result = search(engine, s, bank, p, r);
   if (auto* tree = dynamic_cast<TreeEngine*>(&engine))
     require(!tree->last_stats().fell_back, "tree study: the tree fell back: " + tree->last_stats().fallback_reason);
+#ifdef SHIFTSTACK_HAVE_CUDA
+  if (auto* tree = dynamic_cast<cuda::CudaTreeEngine*>(&engine))
+    require(!tree->last_stats().fell_back, "tree study: the tree fell back: " + tree->last_stats().fallback_reason);
+#endif
   return result;
 }
 
@@ -107,8 +124,10 @@ TreeStudyReport run_tree_study(const TreeStudyOptions& o) {
     if (o.verbose) std::fprintf(stderr, "tree study: %s\n", what.c_str());
   };
   auto reference = make_engine("reference");
-  auto exhaustive = make_engine("cpu");
-  TreeEngine screen(tree_options(0, false), "cpu-tree-screen");
+  const std::string exhaustive_name = o.gpu ? "cuda-fast" : "cpu", tree_name = o.gpu ? "cuda-tree" : "cpu-tree";
+  auto exhaustive = make_engine(exhaustive_name);
+  const std::unique_ptr<Engine> screen_engine = make_tree(o.gpu, tree_options(0, false), tree_name + "-screen");
+  Engine& screen = *screen_engine;
 
   // Retention: noise-free off-grid sources, so Z is the signal alone.
   say("retention");
@@ -143,13 +162,13 @@ TreeStudyReport run_tree_study(const TreeStudyOptions& o) {
   rep.retention_best_p01 = percentile(rep.retention_best, 0.01);
 
   // Methods: the exhaustive engine, then cpu-tree at each margin.
-  rep.methods.push_back({"cpu", -1, std::vector<int>(o.completeness_snr.size(), 0), 0, 0});
-  std::vector<std::unique_ptr<TreeEngine>> trees;
+  rep.methods.push_back({exhaustive_name, -1, std::vector<int>(o.completeness_snr.size(), 0), 0, 0});
+  std::vector<std::unique_ptr<Engine>> trees;
   for (double m : o.margins) {
     char name[64];
-    std::snprintf(name, sizeof name, "cpu-tree margin %.2g", m);
+    std::snprintf(name, sizeof name, "%s margin %.2g", tree_name.c_str(), m);
     rep.methods.push_back({name, m, std::vector<int>(o.completeness_snr.size(), 0), 0, 0});
-    trees.push_back(std::make_unique<TreeEngine>(tree_options(m, true)));
+    trees.push_back(make_tree(o.gpu, tree_options(m, true), tree_name));
   }
   auto engine_of = [&](std::size_t i) -> Engine& { return i == 0 ? *exhaustive : *trees[i - 1]; };
   std::vector<std::vector<double>> seconds(rep.methods.size());
@@ -242,6 +261,8 @@ std::string to_json(const TreeStudyReport& r, const std::string& provenance_json
                 {"trials_near", r.null_trials_near}, {"trials_away", r.null_trials_away}}},
       {"completeness", {{"snr", o.completeness_snr}, {"injections_per_snr", o.injections_per_snr},
                         {"null_cubes_for_false_alarms", o.null_cubes}, {"methods", methods}}},
+      {"engines", {{"exhaustive", r.methods.empty() ? "" : r.methods[0].name},
+                   {"tree", o.gpu ? "cuda-tree" : "cpu-tree"}}},
       {"seconds", r.seconds},
       {"provenance", json::parse(provenance_json)},
   };
@@ -300,7 +321,8 @@ std::vector<std::string> write_tree_study_plots(const TreeStudyReport& r, const 
   std::vector<std::string> files;
   {
     svg::Plot p;
-    p.title = "Completeness at z_thr: exhaustive cpu and cpu-tree (screen + exact refinement)";
+    p.title = "Completeness at z_thr: exhaustive " + r.methods[0].name + " and " +
+              std::string(o.gpu ? "cuda-tree" : "cpu-tree") + " (screen + exact refinement)";
     p.x_label = "injected SNR (sub-pixel origin, velocity anywhere in the bank)";
     p.y_label = "completeness";
     p.footnote = footnote;
@@ -368,7 +390,7 @@ std::vector<std::string> write_tree_study_plots(const TreeStudyReport& r, const 
     p.y_label = "fraction of exhaustive detections missed";
     p.footnote = footnote;
     svg::Series s;
-    s.label = "cpu-tree";
+    s.label = o.gpu ? "cuda-tree" : "cpu-tree";
     s.color = colors[1];
     int total = 0;
     for (int d : r.methods[0].detected) total += d;
