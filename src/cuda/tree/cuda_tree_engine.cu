@@ -193,6 +193,9 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
       device_refine = true;
     }
   }
+  const bool host_payload = !(s.fp32.empty() && s.fp16.empty() && s.int8.empty());
+  if (options_.refine && !device_refine && !host_payload)
+    return fall_back("the refinement would run on the host, and this stack was encoded on the device");
 
   // Band rows: the whole region if the two level buffers fit, else halved until they do.
   int rows = options_.tile_height > 0 ? std::min(options_.tile_height, r.height) : r.height;
@@ -493,8 +496,11 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
 }
 
 void register_cuda_tree_engines() {
-  // Preference below cuda-tc and cuda-fast: the auto choice only once its validation on the GPU
-  // shows completeness equal to theirs (docs/tree-search.md, "cuda-tree").
+  // Preference below cuda-fast (40) and cuda-tc (30) for now: its GPU validation shows
+  // completeness and false alarms equal to cuda-fast's on every workload studied
+  // (bench/validation/cuda-tree-study/), but the file pipeline (GPU-encoded cubes, its stages) has
+  // not yet run with it on a GPU; it becomes the auto choice once that test has run
+  // (docs/tree-search.md, "cuda-tree").
   EngineInfo tree{"cuda-tree",
                   "cpu-tree's tree of partial sums on the GPU: levels as batched shift-and-add, the root "
                   "streamed and screened, screened trials re-scored exactly on the device",
