@@ -352,27 +352,8 @@ SearchResult TreeEngine::search(const SearchInput& in) {
               "): raise the candidate threshold or the limit");
   stats_.seconds_tree = since(t_start) - fill_seconds;
 
-  auto make_candidate = [&](int x, int y, std::int32_t v, double A, double B, int obs) {
-    const Velocity vel = bank.velocity(std::size_t(v));
-    return Candidate{x, y, v, float(vel.vx), float(vel.vy), float(A), float(B), float(A / std::sqrt(B)),
-                     float(A / B), obs};
-  };
-  auto offer_max = [&](double Z, int x, int y, std::int32_t v) {
-    if (Z > d.maxZ || (Z == d.maxZ && d.precedes(v, y, x))) {
-      d.maxZ = Z;
-      d.argmax_x = x, d.argmax_y = y, d.argmax_velocity = v;
-    }
-  };
   auto finish = [&](const std::string& note) {
-    require(std::int64_t(result.candidates.size()) <= in.policy.max_candidates,
-            "candidate list of " + std::to_string(result.candidates.size()) + " trials exceeds max_candidates (" +
-                std::to_string(in.policy.max_candidates) + "): raise the candidate threshold or the limit");
-    std::sort(result.candidates.begin(), result.candidates.end(), [](const Candidate& a, const Candidate& b) {
-      if (a.velocity != b.velocity) return a.velocity < b.velocity;
-      if (a.y != b.y) return a.y < b.y;
-      return a.x < b.x;
-    });
-    result.note = note;
+    tree::finish_result(result, in.policy, note);
     return result;
   };
 
@@ -380,12 +361,7 @@ SearchResult TreeEngine::search(const SearchInput& in) {
     // The tree's own statistic throughout (obs_count is not tracked: 0).
     d.count = tree_count;
     for (const tree::TileOutput& o : outputs)
-      for (const tree::Hit& h : o.hits) {
-        const double Z = double(h.A) / std::sqrt(double(h.B));
-        offer_max(Z, h.x, h.y, h.velocity);
-        if (collect && Z > in.policy.candidate_threshold)
-          result.candidates.push_back(make_candidate(h.x, h.y, h.velocity, h.A, h.B, 0));
-      }
+      for (const tree::Hit& h : o.hits) tree::offer_tree_score(h.x, h.y, h.velocity, h.A, h.B, bank, in.policy, result);
     return finish(name_ + ": unrefined tree scores");
   }
 
@@ -397,14 +373,7 @@ SearchResult TreeEngine::search(const SearchInput& in) {
   const std::int64_t limit = std::max<std::int64_t>(in.policy.max_candidates, 1 << 20) * 81;
   const std::vector<tree::ExactScore> exact = tree::refine(s, bank, r, seeds, floor, limit);
   stats_.refined = std::int64_t(exact.size());
-  for (const tree::ExactScore& e : exact) {
-    if (!(e.B > 0)) continue;
-    const double Z = e.A / std::sqrt(e.B);
-    if (Z > z_thr) ++d.count;
-    offer_max(Z, e.x, e.y, e.velocity);
-    if (collect && Z > in.policy.candidate_threshold)
-      result.candidates.push_back(make_candidate(e.x, e.y, e.velocity, e.A, e.B, e.obs));
-  }
+  for (const tree::ExactScore& e : exact) tree::offer_exact_score(e, bank, in.policy, result);
   stats_.seconds_refine = since(t_refine);
   char note[240];
   std::snprintf(note, sizeof note, "%s: %.3g additions per trial, %lld screened above z = %.3f, %lld re-scored exactly",

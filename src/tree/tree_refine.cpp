@@ -70,4 +70,51 @@ std::vector<ExactScore> refine(const EncodedStack& stack, const MotionBank& bank
   return scores;
 }
 
+namespace {
+
+Candidate make_candidate(const MotionBank& bank, int x, int y, std::int32_t v, double A, double B, int obs) {
+  const Velocity vel = bank.velocity(std::size_t(v));
+  return Candidate{x, y, v, float(vel.vx), float(vel.vy), float(A), float(B), float(A / std::sqrt(B)),
+                   float(A / B), obs};
+}
+
+void offer_max(Digest& d, double Z, int x, int y, std::int32_t v) {
+  if (Z > d.maxZ || (Z == d.maxZ && d.precedes(v, y, x))) {
+    d.maxZ = Z;
+    d.argmax_x = x, d.argmax_y = y, d.argmax_velocity = v;
+  }
+}
+
+}  // namespace
+
+void offer_tree_score(int x, int y, std::int32_t velocity, float A, float B, const MotionBank& bank,
+                      const OutputPolicy& policy, SearchResult& result) {
+  const double Z = double(A) / std::sqrt(double(B));
+  offer_max(result.digest, Z, x, y, velocity);
+  if (policy.collect_candidates && Z > policy.candidate_threshold)
+    result.candidates.push_back(make_candidate(bank, x, y, velocity, A, B, 0));
+}
+
+void offer_exact_score(const ExactScore& e, const MotionBank& bank, const OutputPolicy& policy,
+                       SearchResult& result) {
+  if (!(e.B > 0)) return;
+  const double Z = e.A / std::sqrt(e.B);
+  if (Z > result.digest.z_thr) ++result.digest.count;
+  offer_max(result.digest, Z, e.x, e.y, e.velocity);
+  if (policy.collect_candidates && Z > policy.candidate_threshold)
+    result.candidates.push_back(make_candidate(bank, e.x, e.y, e.velocity, e.A, e.B, e.obs));
+}
+
+void finish_result(SearchResult& result, const OutputPolicy& policy, const std::string& note) {
+  require(std::int64_t(result.candidates.size()) <= policy.max_candidates,
+          "candidate list of " + std::to_string(result.candidates.size()) + " trials exceeds max_candidates (" +
+              std::to_string(policy.max_candidates) + "): raise the candidate threshold or the limit");
+  std::sort(result.candidates.begin(), result.candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.velocity != b.velocity) return a.velocity < b.velocity;
+    if (a.y != b.y) return a.y < b.y;
+    return a.x < b.x;
+  });
+  result.note = note;
+}
+
 }  // namespace shiftstack::tree

@@ -5,6 +5,7 @@
 // threshold is found whole once one of its trials (or a neighbour) passed the screen.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shiftstack/search.hpp"
@@ -27,5 +28,15 @@ struct ExactScore {
 // Sorted by (velocity, y, x). Error when more than `limit` trials would be re-scored.
 std::vector<ExactScore> refine(const EncodedStack& stack, const MotionBank& bank, const Region& region,
                                const std::vector<TrialRef>& seeds, double z_flood, std::int64_t limit);
+
+// How both tree engines (cpu-tree, cuda-tree) turn scores into their SearchResult, whose digest
+// has z_thr and the sums already set: maxZ with the digest's tie rule, candidates above the
+// policy's threshold, the count above z_thr for exact scores.
+void offer_tree_score(int x, int y, std::int32_t velocity, float A, float B, const MotionBank& bank,
+                      const OutputPolicy& policy, SearchResult& result);  // unrefined: obs_count 0, not counted
+void offer_exact_score(const ExactScore& score, const MotionBank& bank, const OutputPolicy& policy,
+                       SearchResult& result);
+// The max_candidates limit, candidates sorted by (velocity, y, x), the note.
+void finish_result(SearchResult& result, const OutputPolicy& policy, const std::string& note);
 
 }  // namespace shiftstack::tree

@@ -326,27 +326,8 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   d.sumA = totals.sumA;
   d.sumB = totals.sumB;
   d.scored = std::int64_t(totals.scored);
-  auto make_candidate = [&](int x, int y, std::int32_t v, double A, double B, int obs) {
-    const Velocity vel = bank.velocity(std::size_t(v));
-    return Candidate{x, y, v, float(vel.vx), float(vel.vy), float(A), float(B), float(A / std::sqrt(B)),
-                     float(A / B), obs};
-  };
-  auto offer_max = [&](double Z, int x, int y, std::int32_t v) {
-    if (Z > d.maxZ || (Z == d.maxZ && d.precedes(v, y, x))) {
-      d.maxZ = Z;
-      d.argmax_x = x, d.argmax_y = y, d.argmax_velocity = v;
-    }
-  };
   auto finish = [&](const std::string& note) {
-    require(std::int64_t(result.candidates.size()) <= in.policy.max_candidates,
-            "candidate list of " + std::to_string(result.candidates.size()) + " trials exceeds max_candidates (" +
-                std::to_string(in.policy.max_candidates) + "): raise the candidate threshold or the limit");
-    std::sort(result.candidates.begin(), result.candidates.end(), [](const Candidate& a, const Candidate& b) {
-      if (a.velocity != b.velocity) return a.velocity < b.velocity;
-      if (a.y != b.y) return a.y < b.y;
-      return a.x < b.x;
-    });
-    result.note = note;
+    tree::finish_result(result, in.policy, note);
     stats_.seconds_total = since(t_start);
     result.seconds = stats_.seconds_total;
     return result;
@@ -354,12 +335,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
 
   if (!options_.refine) {
     d.count = std::int64_t(totals.count);
-    for (const Hit& h : hits) {
-      const double Z = double(h.A) / std::sqrt(double(h.B));
-      offer_max(Z, h.x, h.y, h.velocity);
-      if (collect && Z > in.policy.candidate_threshold)
-        result.candidates.push_back(make_candidate(h.x, h.y, h.velocity, h.A, h.B, 0));
-    }
+    for (const Hit& h : hits) tree::offer_tree_score(h.x, h.y, h.velocity, h.A, h.B, bank, in.policy, result);
     return finish(name_ + ": unrefined tree scores");
   }
 
@@ -478,14 +454,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   }
   stats_.refined = device_refine ? rescored : std::int64_t(exact.size());
   stats_.refined_on_device = device_refine;
-  for (const tree::ExactScore& e : exact) {
-    if (!(e.B > 0)) continue;
-    const double Z = e.A / std::sqrt(e.B);
-    if (Z > z_thr) ++d.count;
-    offer_max(Z, e.x, e.y, e.velocity);
-    if (collect && Z > in.policy.candidate_threshold)
-      result.candidates.push_back(make_candidate(e.x, e.y, e.velocity, e.A, e.B, e.obs));
-  }
+  for (const tree::ExactScore& e : exact) tree::offer_exact_score(e, bank, in.policy, result);
   stats_.seconds_refine = since(t_refine);
   char note[260];
   std::snprintf(note, sizeof note,
