@@ -370,7 +370,7 @@ SearchResult TreeEngine::search(const SearchInput& in) {
   seeds.reserve(std::size_t(stats_.screened));
   for (const tree::TileOutput& o : outputs)
     for (const tree::Hit& h : o.hits) seeds.push_back({h.x, h.y, h.velocity});
-  const std::int64_t limit = std::max<std::int64_t>(in.policy.max_candidates, 1 << 20) * 81;
+  const std::int64_t limit = tree::refine_limit(in.policy);
   const std::vector<tree::ExactScore> exact = tree::refine(s, bank, r, seeds, floor, limit);
   stats_.refined = std::int64_t(exact.size());
   for (const tree::ExactScore& e : exact) tree::offer_exact_score(e, bank, in.policy, result);

@@ -9,16 +9,27 @@
 
 namespace shiftstack::tree {
 
+AxisShifts axis_shifts(const MotionBank& bank) {
+  const int E = bank.exposures();
+  AxisShifts s{std::vector<std::vector<double>>(bank.vx_count(), std::vector<double>(E)),
+               std::vector<std::vector<double>>(bank.vy_count(), std::vector<double>(E))};
+  for (int e = 0; e < E; ++e) {
+    for (std::size_t a = 0; a < s.x.size(); ++a) s.x[a][e] = bank.vx_axis[a] * bank.dt(e) + bank.curve_at_x(e);
+    for (std::size_t b = 0; b < s.y.size(); ++b) s.y[b][e] = bank.vy_axis[b] * bank.dt(e) + bank.curve_at_y(e);
+  }
+  return s;
+}
+
+std::int64_t refine_limit(const OutputPolicy& policy) {
+  return std::max<std::int64_t>(policy.max_candidates, 1 << 20) * 81;
+}
+
 std::vector<ExactScore> refine(const EncodedStack& stack, const MotionBank& bank, const Region& region,
                                const std::vector<TrialRef>& seeds, double z_flood, std::int64_t limit) {
-  const int E = stack.exposures;
   const int Va = int(bank.vx_count()), Vb = int(bank.vy_count());
-  // Shifts per axis value (a Cartesian bank's x shift depends on vx alone), in double as in SPEC 2.
-  std::vector<std::vector<double>> sx(Va, std::vector<double>(E)), sy(Vb, std::vector<double>(E));
-  for (int e = 0; e < E; ++e) {
-    for (int a = 0; a < Va; ++a) sx[a][e] = bank.vx_axis[a] * bank.dt(e) + bank.curve_at_x(e);
-    for (int b = 0; b < Vb; ++b) sy[b][e] = bank.vy_axis[b] * bank.dt(e) + bank.curve_at_y(e);
-  }
+  const AxisShifts shifts = axis_shifts(bank);
+  const auto& sx = shifts.x;
+  const auto& sy = shifts.y;
   const bool integer = bank.mode == ShiftMode::integer;
   auto key = [&](int x, int y, std::int64_t v) {
     return std::uint64_t((v * region.height + (y - region.y0)) * region.width + (x - region.x0));

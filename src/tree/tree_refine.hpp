@@ -24,6 +24,18 @@ struct ExactScore {
   int obs = 0;
 };
 
+// A Cartesian bank's shifts per axis value, in double (SPEC 2): x[a][e] = vx_a * dt_e + c_x(e),
+// y[b][e] likewise (a trial's x shift depends on vx alone). What the exact re-scoring reads, on
+// the host and (flattened) on the device.
+struct AxisShifts {
+  std::vector<std::vector<double>> x, y;
+};
+AxisShifts axis_shifts(const MotionBank& bank);
+
+// Most trials a refinement may re-score: the neighbourhood (81 trials) of as many screened trials
+// as max_candidates allows, and at least 2^20 of them.
+std::int64_t refine_limit(const OutputPolicy& policy);
+
 // Re-scores the seeds' neighbourhoods, flooding above z_flood. Origins stay inside `region`.
 // Sorted by (velocity, y, x). Error when more than `limit` trials would be re-scored.
 std::vector<ExactScore> refine(const EncodedStack& stack, const MotionBank& bank, const Region& region,

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <unordered_set>
 
 #include "core/engine_registry.hpp"
 #include "cuda/common/device_buffer.cuh"
@@ -68,9 +67,7 @@ struct BandTables {
     y_part.upload(plan.y_part);
     root.x_part = x_part.get();
     root.y_part = y_part.get();
-    for (int c = 0; c < 2; ++c) {
-      root.stride[c] = plan.stride[c];
-    }
+    for (int c = 0; c < 2; ++c) root.stride[c] = plan.stride[c];
     root.Va = plan.Va;
     root.Vb = plan.Vb;
   }
@@ -109,9 +106,8 @@ struct CudaTreeEngine::State {
   DeviceArray<ExactSums> above_sums;
   DeviceArray<unsigned> seen;  // a bit per trial of the region: reached by the flood
   bool seen_clear = false;     // every bit is 0 (the map is cleared after each search)
-  DeviceArray<unsigned long long> flood_count;  // trials reached; trials above the floor this round
-  std::uint64_t exact_bank = 0;
-  std::vector<double> exact_key;
+  DeviceArray<unsigned long long> flood_count;  // trials reached; trials above the floor so far
+  std::vector<double> exact_key;  // the bank and shift mode of ix, iy, sx, sy
 
   BandTables& tables(int width, int rows) {
     auto& slot = bands[{width, rows}];
@@ -178,7 +174,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   if (resident) view = acquire_stack(s, image, fractional);
   // The refinement runs on the device when the cube is there and its map of reached trials (a
   // bit each) takes at most a fifth of the free memory; else the screened trials go to the host.
-  const std::int64_t region_trials = r.count() * std::int64_t(bank.size());
+  const std::int64_t region_trials = stats_.trials;
   bool device_refine = false;
   if (options_.refine && resident) {
     const std::size_t words = std::size_t((region_trials + 31) / 32);
@@ -311,11 +307,6 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
     ++stats_.screen_passes;
     tree_pass(z_screen);
   }
-  std::sort(hits.begin(), hits.end(), [](const Hit& a, const Hit& b) {
-    if (a.velocity != b.velocity) return a.velocity < b.velocity;
-    if (a.y != b.y) return a.y < b.y;
-    return a.x < b.x;
-  });
   stats_.z_screen = z_screen;
   stats_.screened = std::int64_t(hit_count);
   stats_.seconds_tree = since(t_start);
@@ -340,7 +331,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   }
 
   const auto t_refine = Clock::now();
-  const std::int64_t limit = std::max<std::int64_t>(in.policy.max_candidates, 1 << 20) * 81;
+  const std::int64_t limit = tree::refine_limit(in.policy);
   std::vector<tree::ExactScore> exact;
   std::int64_t rescored = 0;  // device refinement: trials re-scored (only those above the floor return)
   if (!device_refine) {
@@ -351,18 +342,17 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
     exact = tree::refine(s, bank, r, seeds, floor, limit);
   } else {
     exact = [&] {
-      // The shifts per axis value, as tree::refine computes them (double, SPEC 2), uploaded once
-      // per bank.
+      // tree::refine's shifts per axis value, flattened (value * E + exposure), uploaded once per
+      // bank.
       const int E = s.exposures, Va = int(bank.vx_count()), Vb = int(bank.vy_count());
       std::vector<double> ekey = st.key;
       ekey.push_back(fractional ? 1 : 0);
       if (ekey != st.exact_key) {
-        std::vector<double> sx(std::size_t(Va) * E), sy(std::size_t(Vb) * E);
+        const tree::AxisShifts shifts = tree::axis_shifts(bank);
+        std::vector<double> sx, sy;
+        for (const auto& row : shifts.x) sx.insert(sx.end(), row.begin(), row.end());
+        for (const auto& row : shifts.y) sy.insert(sy.end(), row.begin(), row.end());
         std::vector<int> ix(sx.size()), iy(sy.size());
-        for (int e = 0; e < E; ++e) {
-          for (int a = 0; a < Va; ++a) sx[std::size_t(a) * E + e] = bank.vx_axis[a] * bank.dt(e) + bank.curve_at_x(e);
-          for (int b = 0; b < Vb; ++b) sy[std::size_t(b) * E + e] = bank.vy_axis[b] * bank.dt(e) + bank.curve_at_y(e);
-        }
         for (std::size_t k = 0; k < sx.size(); ++k) ix[k] = round_shift(sx[k]);
         for (std::size_t k = 0; k < sy.size(); ++k) iy[k] = round_shift(sy[k]);
         st.ix.upload(ix);

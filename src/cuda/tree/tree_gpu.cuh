@@ -72,8 +72,6 @@ void launch_parents(const ParentEntry* entries, int count, int max_height, const
                     cudaStream_t stream);
 // Returns the number of partials written (one per block).
 int launch_root(const RootTables& tables, const float* level1, const RootParams& params, cudaStream_t stream);
-void launch_exact(const StackView& view, const ExactTables& tables, const Trial* trials, int count,
-                  ExactSums* out, cudaStream_t stream);
 
 // The refinement's flood on the device (tree::refine's rule): every neighbour of a seed (origin
 // +-1, each velocity index +-1) inside the region and not yet scored joins the list of trials,

@@ -161,41 +161,6 @@ __global__ void __launch_bounds__(256) root_kernel(RootTables t, const float* __
   }
 }
 
-// exact_integer_trial() of src/cpu/exact_trial.cpp: exposures in order, the double sums formed
-// one exposure after the other. The samples of a chunk of exposures are loaded before any of them
-// is added, so one thread keeps several loads in flight (a trial's loads are independent; only
-// the additions form a chain).
-template <StorageCode S>
-__device__ inline ExactSums exact_integer_sums(const StackView& view, const ExactTables& t, const Trial trial) {
-  constexpr int kChunk = 8;
-  const int a = trial.velocity % t.Va, b = trial.velocity / t.Va;
-  const int* sx = t.ix + std::int64_t(a) * t.exposures;
-  const int* sy = t.iy + std::int64_t(b) * t.exposures;
-  double A = 0, B = 0;
-  int obs = 0;
-  for (int e0 = 0; e0 < t.exposures; e0 += kChunk) {
-    RawSample d[kChunk];
-#pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      const int e = e0 + k;
-      d[k] = RawSample{0.0f, 0.0f, false};
-      if (e >= t.exposures) continue;
-      const int px = trial.x + __ldg(sx + e), py = trial.y + __ldg(sy + e);
-      if (px < 0 || py < 0 || px >= view.image_width || py >= view.image_height) continue;
-      d[k] = decode_pixel<S>(view, e, px, py);
-    }
-#pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      if (!d[k].valid) continue;
-      const int e = e0 + k;
-      A = __dadd_rn(A, double(__fmul_rn(view.psi_weight[e], d[k].psi)));
-      B = __dadd_rn(B, double(__fmul_rn(view.phi_weight[e], d[k].phi)));
-      ++obs;
-    }
-  }
-  return ExactSums{A, B, obs, 0};
-}
-
 // exact_bilinear_trial(): bilinear A over the valid corners, B its exact variance.
 template <StorageCode S>
 __device__ inline ExactSums exact_bilinear_sums(const StackView& view, const ExactTables& t, const Trial trial) {
@@ -256,17 +221,6 @@ __device__ inline ExactSums exact_bilinear_sums(const StackView& view, const Exa
   return ExactSums{A, B, obs, 0};
 }
 
-template <StorageCode S>
-__device__ inline ExactSums exact_sums(const StackView& view, const ExactTables& t, const Trial trial) {
-  return t.bilinear ? exact_bilinear_sums<S>(view, t, trial) : exact_integer_sums<S>(view, t, trial);
-}
-
-template <StorageCode S>
-__global__ void exact_kernel(StackView view, ExactTables t, const Trial* trials, int count, ExactSums* out) {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < count) out[k] = exact_sums<S>(view, t, trials[k]);
-}
-
 __device__ inline unsigned long long flood_key(const FloodParams& f, int x, int y, int v) {
   return (static_cast<unsigned long long>(v) * unsigned(f.height) + unsigned(y - f.y0)) * unsigned(f.width) +
          unsigned(x - f.x0);
@@ -291,14 +245,16 @@ __global__ void expand_kernel(const Seed* seeds, int count, FloodParams f) {
   if (slot < f.capacity) f.trials[slot] = Trial{x, y, v};
 }
 
+// Fractional shifts: one thread per trial (the bilinear terms of an exposure are up to 14, too
+// many to pass between lanes as the integer kernel below does).
 template <StorageCode S>
-__global__ void exact_flood_kernel(StackView view, ExactTables t, FloodParams f, long long first, int count,
+__global__ void exact_flood_bilinear_kernel(StackView view, ExactTables t, FloodParams f, long long first, int count,
                                    ExactSums* sums, double floor, Trial* above, ExactSums* above_sums,
                                    unsigned long long* above_count) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= count) return;
   const Trial trial = f.trials[first + k];
-  const ExactSums e = exact_sums<S>(view, t, trial);
+  const ExactSums e = exact_bilinear_sums<S>(view, t, trial);
   sums[first + k] = e;
   // The host's test, A / sqrt(B) > floor, with the same correctly rounded operations.
   if (e.B > 0 && __ddiv_rn(e.A, __dsqrt_rn(e.B)) > floor) {
@@ -413,15 +369,6 @@ int launch_root(const RootTables& tables, const float* level1, const RootParams&
   return int(grid.x * grid.y * grid.z);
 }
 
-void launch_exact(const StackView& view, const ExactTables& tables, const Trial* trials, int count,
-                  ExactSums* out, cudaStream_t stream) {
-  if (count == 0) return;
-  dispatch_storage(view.storage, [&]<StorageCode S>() {
-    exact_kernel<S><<<blocks_for(count, 128), 128, 0, stream>>>(view, tables, trials, count, out);
-  });
-  SHIFTSTACK_CUDA_CHECK_LAUNCH();
-}
-
 void launch_expand(const Hit* seeds, int count, const FloodParams& flood, cudaStream_t stream) {
   if (count == 0) return;
   expand_kernel<<<blocks_for(81LL * count, 256), 256, 0, stream>>>(seeds, count, flood);
@@ -440,7 +387,7 @@ void launch_exact_flood(const StackView& view, const ExactTables& tables, const 
   if (count == 0) return;
   dispatch_storage(view.storage, [&]<StorageCode S>() {
     if (tables.bilinear)
-      exact_flood_kernel<S><<<blocks_for(count, 128), 128, 0, stream>>>(view, tables, flood, first, count, sums,
+      exact_flood_bilinear_kernel<S><<<blocks_for(count, 128), 128, 0, stream>>>(view, tables, flood, first, count, sums,
                                                                           floor, above, above_sums, above_count);
     else
       exact_flood_grouped_kernel<S><<<blocks_for(std::int64_t(kExactLanes) * count, 128), 128, 0, stream>>>(
