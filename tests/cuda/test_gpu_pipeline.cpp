@@ -87,6 +87,48 @@ TEST(GpuPipeline, SameCandidatesAsTheCpuLikelihood) {
   EXPECT_EQ(run_search(cpu_only, loaded(kit), RunOptions{}).likelihood_device, "cpu");
 }
 
+// cuda-tree through the whole file pipeline, cubes encoded on the device: the candidates after
+// the filter and the merge, their light-curve likelihoods and the crossings are cuda-fast's (its
+// refined scores are exact, so only the digest's unrefined sums may differ); and auto picks it.
+TEST(GpuPipeline, CudaTreeGivesCudaFastsCandidates) {
+  SKIP_WITHOUT_DEVICE();
+  KitOptions o = workload("ci");
+  o.seed = 12;
+  const KitStack kit = make_kit(o);
+  ASSERT_TRUE(kit.truth.injected);
+  for (Encoding encoding : all_encodings()) {
+    const std::string what = to_string(encoding);
+    RunOptions options;
+    options.encoding = encoding;
+    const RunOutput fast = run_search(config_for(kit, "gpu", "cuda-fast"), loaded(kit), options);
+    const RunOutput tree = run_search(config_for(kit, "gpu", "cuda-tree"), loaded(kit), options);
+    EXPECT_EQ(tree.engine, "cuda-tree") << what;
+    EXPECT_EQ(tree.likelihood_device, "gpu") << what;
+    EXPECT_EQ(tree.digest.count, fast.digest.count) << what;
+    EXPECT_NEAR(tree.digest.maxZ, fast.digest.maxZ, 1e-4) << what;
+    EXPECT_EQ(tree.digest.argmax_x, fast.digest.argmax_x) << what;
+    EXPECT_EQ(tree.digest.argmax_y, fast.digest.argmax_y) << what;
+    EXPECT_EQ(tree.digest.argmax_velocity, fast.digest.argmax_velocity) << what;
+    EXPECT_EQ(tree.threshold_crossings, fast.threshold_crossings) << what;
+    EXPECT_EQ(tree.filter.kept, fast.filter.kept) << what;
+    ASSERT_EQ(tree.detections.size(), fast.detections.size()) << what;
+    ASSERT_GE(tree.detections.size(), 1u) << what;
+    for (std::size_t i = 0; i < tree.detections.size(); ++i) {
+      const Detection& t = tree.detections[i];
+      const Detection& f = fast.detections[i];
+      EXPECT_EQ(t.candidate.x, f.candidate.x) << what << " " << i;
+      EXPECT_EQ(t.candidate.y, f.candidate.y) << what << " " << i;
+      EXPECT_EQ(t.candidate.velocity, f.candidate.velocity) << what << " " << i;
+      EXPECT_EQ(t.obs_valid, f.obs_valid) << what << " " << i;
+      EXPECT_NEAR(t.likelihood, f.likelihood, 1e-5 * std::abs(f.likelihood)) << what << " " << i;
+      EXPECT_EQ(t.cluster_size, f.cluster_size) << what << " " << i;
+    }
+    EXPECT_LE(std::abs(tree.detections.front().candidate.x - kit.truth.x), 1) << what;
+    EXPECT_LE(std::abs(tree.detections.front().candidate.y - kit.truth.y), 1) << what;
+  }
+  EXPECT_EQ(run_search(config_for(kit, "auto", "auto"), loaded(kit), RunOptions{}).engine, "cuda-tree");
+}
+
 TEST(GpuPipeline, FractionalShiftsStayOnTheCpu) {
   SKIP_WITHOUT_DEVICE();
   KitOptions o = workload("ci");

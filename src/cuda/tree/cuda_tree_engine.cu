@@ -455,15 +455,14 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
 }
 
 void register_cuda_tree_engines() {
-  // Preference below cuda-fast (40) and cuda-tc (30) for now: its GPU validation shows
-  // completeness and false alarms equal to cuda-fast's on every workload studied
-  // (bench/validation/cuda-tree-study/), but the file pipeline (GPU-encoded cubes, its stages) has
-  // not yet run with it on a GPU; it becomes the auto choice once that test has run
-  // (docs/tree-search.md, "cuda-tree").
+  // The auto choice (above cuda-fast's 40): its GPU validation shows completeness and false
+  // alarms equal to cuda-fast's on every workload studied (bench/validation/cuda-tree-study/),
+  // and GpuPipeline.CudaTreeGivesCudaFastsCandidates runs the file pipeline with it; whatever the
+  // tree cannot represent it hands to cuda-fast itself (docs/tree-search.md, "cuda-tree").
   EngineInfo tree{"cuda-tree",
                   "cpu-tree's tree of partial sums on the GPU: levels as batched shift-and-add, the root "
                   "streamed and screened, screened trials re-scored exactly on the device",
-                  true, 25, [] { return std::make_unique<CudaTreeEngine>(); }, cuda_device_available};
+                  true, 45, [] { return std::make_unique<CudaTreeEngine>(); }, cuda_device_available};
   tree.digest_kind = DigestKind::refined;
   register_engine(std::move(tree));
   EngineInfo screen{"cuda-tree-screen",
