@@ -378,6 +378,16 @@ void run_bench(const BenchOptions& o) {
         t.refine = engine_name != "cpu-tree-screen";
         engine = std::make_unique<TreeEngine>(t, engine_name);
       }
+#ifdef SHIFTSTACK_HAVE_CUDA
+      if (dynamic_cast<cuda::CudaTreeEngine*>(engine.get())) {
+        // Of the tree options only these mean the same on the GPU (its bands are its own).
+        TreeOptions t;
+        t.fuse_root = o.tree.fuse_root;
+        t.refine = engine_name.find("-screen") == std::string::npos;
+        t.bf16_maps = engine_name.find("bf16") != std::string::npos;
+        engine = std::make_unique<cuda::CudaTreeEngine>(t, engine_name);
+      }
+#endif
       if (const std::string target = cpu_engine_target(*engine); !target.empty()) record["cpu_target"] = target;
       OutputPolicy policy;
       policy.top_k = o.top_k;
@@ -487,6 +497,7 @@ void run_bench(const BenchOptions& o) {
         record["cuda_tree"] = {{"fell_back", t.fell_back}, {"fallback_reason", t.fallback_reason},
                                {"additions_per_trial", t.additions_per_trial()}, {"level_additions", t.level_additions},
                                {"bands", t.bands}, {"band_rows", t.band_rows}, {"level_bytes", t.level_bytes},
+                               {"fused_root", t.fused_root},
                                {"cube_resident", t.cube_resident}, {"refined_on_device", t.refined_on_device},
                                {"z_screen", t.z_screen},
                                {"screened", t.screened}, {"refined", t.refined}, {"refine_rounds", t.refine_rounds},
@@ -506,11 +517,12 @@ void run_bench(const BenchOptions& o) {
         if (t["fell_back"].get<bool>())
           std::printf("  cuda-tree: ran the exhaustive cuda-fast engine: %s\n", t["fallback_reason"].get<std::string>().c_str());
         else
-          std::printf("  cuda-tree: %.3f additions per trial per channel, %d band(s) of %d rows, levels %.1f MB; "
+          std::printf("  cuda-tree: %.3f additions per trial per channel, %d band(s) of %d rows, levels %.1f MB%s; "
                       "screen z > %.3f: %lld trials, %lld re-scored in %d rounds on the %s; last run: tree %.3f ms, "
                       "refine %.3f ms\n",
                       t["additions_per_trial"].get<double>(), t["bands"].get<int>(), t["band_rows"].get<int>(),
-                      t["level_bytes"].get<double>() / 1e6, t["z_screen"].get<double>(),
+                      t["level_bytes"].get<double>() / 1e6, t["fused_root"].get<bool>() ? ", root fused" : "",
+                      t["z_screen"].get<double>(),
                       (long long)t["screened"].get<std::int64_t>(), (long long)t["refined"].get<std::int64_t>(),
                       t["refine_rounds"].get<int>(), t["refined_on_device"].get<bool>() ? "device" : "host",
                       1e3 * t["seconds_tree"].get<double>(),
@@ -577,7 +589,7 @@ void add_bench_command(CLI::App& app) {
   bench->add_option("--tree-tile-height", o->tree.tile_height, "cpu-tree: origins per tile along y (0: chosen)")
       ->check(CLI::NonNegativeNumber);
   bench->add_option("--tree-fuse-root", o->tree.fuse_root,
-                    "cpu-tree: form the root from its grandchildren (-1: chosen, 0: never, 1: always)")
+                    "cpu-tree and cuda-tree: form the root from its grandchildren (-1: chosen, 0: never, 1: always)")
       ->check(CLI::Range(-1, 1));
   bench->add_option("--threads", o->threads,
                     "CPU threads of the searches (default: all; the stack is made with all)")

@@ -228,11 +228,13 @@ void run(const ValidateArgs& a) {
     if (a.snr_grid != ValidateArgs{}.snr_grid) t.completeness_snr = a.snr_grid;
     t.margins = a.margins;
     t.verbose = a.verbose;
-    t.gpu = std::find(a.engines.begin(), a.engines.end(), "cuda-tree") != a.engines.end();
+    const auto named = [&](const char* n) { return std::find(a.engines.begin(), a.engines.end(), n) != a.engines.end(); };
+    t.bf16 = named("cuda-tree-bf16");
+    t.gpu = t.bf16 || named("cuda-tree");
     if (a.null_window > 0) t.null_window = a.null_window;
     std::string snr;
     for (std::size_t i = 0; i < t.completeness_snr.size(); ++i) snr += (i ? "," : "") + std::to_string(t.completeness_snr[i]);
-    const std::string command = "shiftstack validate --tree-study " + std::string(t.gpu ? "--engine cuda-tree " : "") +
+    const std::string command = "shiftstack validate --tree-study " + (t.gpu ? "--engine " + t.tree_name() + " " : "") +
                                 "--workload " + a.workload + " --pairs " +
                                 std::to_string(t.retention_injections) + " --cubes " + std::to_string(a.cubes) +
                                 " --injections " + std::to_string(a.injections) + " --margins " + join(a.margins) +
@@ -395,7 +397,7 @@ void add_validate_command(CLI::App& app) {
                 "instead: cpu-tree's study: retention of the unrefined tree Z (--pairs noise-free injections at "
                 "random sub-pixel origins and velocities), its null variance near/away from masks (--cubes null "
                 "cubes), and completeness of cpu-tree at each --margins against cpu (--injections per SNR); with "
-                "--engine cuda-tree, the same study of cuda-tree against cuda-fast on the GPU");
+                "--engine cuda-tree (or cuda-tree-bf16), the same study of that engine against cuda-fast on the GPU");
   cmd->add_option("--injections", args->injections, "tree study: noisy injections per SNR")->capture_default_str();
   cmd->add_option("--margins", args->margins, "tree study: screen margins of cpu-tree")->delimiter(',');
   cmd->add_option("--sigmas", args->sigmas, "PSF sigmas of the fractional study (px)")->delimiter(',');

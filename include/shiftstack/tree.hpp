@@ -42,6 +42,10 @@ struct TreeOptions {
   // The exhaustive `cpu` engine runs instead (and the result says so) when the tree would need
   // more than this fraction of E additions per trial.
   double fallback_fraction = 0.5;
+  // cuda-tree only: level maps stored as BF16 (A, B) pairs, half the bytes of FP32 maps; each
+  // map pixel is still formed in FP32 and rounded once when stored, so the tree Z moves by the
+  // rounding (measured in docs/tree-search.md) while refined scores stay exact.
+  bool bf16_maps = false;
 };
 
 // What one tree level cost in one search, counted by the executor (margins included).
@@ -138,7 +142,10 @@ struct TreeStudyOptions {
   // The GPU study: cuda-tree (and cuda-tree-screen) against cuda-fast, in place of cpu-tree
   // against cpu (needs a build with CUDA and a device).
   bool gpu = false;
+  bool bf16 = false;  // with gpu: cuda-tree-bf16 (BF16 level maps)
   bool verbose = false;
+  // The tree engine studied: cpu-tree, cuda-tree or cuda-tree-bf16.
+  std::string tree_name() const { return gpu ? (bf16 ? "cuda-tree-bf16" : "cuda-tree") : "cpu-tree"; }
 };
 
 struct TreeStudyMethod {

@@ -42,8 +42,9 @@ Neighbourhood neighbourhood(const KitStack& kit) {
   return {kit.truth.x, kit.truth.y, int(kit.truth.velocity % std::int64_t(n)), int(kit.truth.velocity / std::int64_t(n)), n};
 }
 
-TreeOptions tree_options(double margin, bool refine) {
+TreeOptions tree_options(double margin, bool refine, bool bf16) {
   TreeOptions o;
+  o.bf16_maps = bf16;
   o.screen_margin = margin;
   o.refine = refine;
   o.fallback_fraction = 1e9;  // the study measures the tree itself, never the exhaustive fallback
@@ -124,9 +125,9 @@ TreeStudyReport run_tree_study(const TreeStudyOptions& o) {
     if (o.verbose) std::fprintf(stderr, "tree study: %s\n", what.c_str());
   };
   auto reference = make_engine("reference");
-  const std::string exhaustive_name = o.gpu ? "cuda-fast" : "cpu", tree_name = o.gpu ? "cuda-tree" : "cpu-tree";
+  const std::string exhaustive_name = o.gpu ? "cuda-fast" : "cpu", tree_name = o.tree_name();
   auto exhaustive = make_engine(exhaustive_name);
-  const std::unique_ptr<Engine> screen_engine = make_tree(o.gpu, tree_options(0, false), tree_name + "-screen");
+  const std::unique_ptr<Engine> screen_engine = make_tree(o.gpu, tree_options(0, false, o.bf16), tree_name + "-screen");
   Engine& screen = *screen_engine;
 
   // Retention: noise-free off-grid sources, so Z is the signal alone.
@@ -168,7 +169,7 @@ TreeStudyReport run_tree_study(const TreeStudyOptions& o) {
     char name[64];
     std::snprintf(name, sizeof name, "%s margin %.2g", tree_name.c_str(), m);
     rep.methods.push_back({name, m, std::vector<int>(o.completeness_snr.size(), 0), 0, 0});
-    trees.push_back(make_tree(o.gpu, tree_options(m, true), tree_name));
+    trees.push_back(make_tree(o.gpu, tree_options(m, true, o.bf16), tree_name));
   }
   auto engine_of = [&](std::size_t i) -> Engine& { return i == 0 ? *exhaustive : *trees[i - 1]; };
   std::vector<std::vector<double>> seconds(rep.methods.size());
@@ -262,7 +263,7 @@ std::string to_json(const TreeStudyReport& r, const std::string& provenance_json
       {"completeness", {{"snr", o.completeness_snr}, {"injections_per_snr", o.injections_per_snr},
                         {"null_cubes_for_false_alarms", o.null_cubes}, {"methods", methods}}},
       {"engines", {{"exhaustive", r.methods.empty() ? "" : r.methods[0].name},
-                   {"tree", o.gpu ? "cuda-tree" : "cpu-tree"}}},
+                   {"tree", o.tree_name()}}},
       {"seconds", r.seconds},
       {"provenance", json::parse(provenance_json)},
   };
@@ -322,7 +323,7 @@ std::vector<std::string> write_tree_study_plots(const TreeStudyReport& r, const 
   {
     svg::Plot p;
     p.title = "Completeness at z_thr: exhaustive " + r.methods[0].name + " and " +
-              std::string(o.gpu ? "cuda-tree" : "cpu-tree") + " (screen + exact refinement)";
+              o.tree_name() + " (screen + exact refinement)";
     p.x_label = "injected SNR (sub-pixel origin, velocity anywhere in the bank)";
     p.y_label = "completeness";
     p.footnote = footnote;
@@ -390,7 +391,7 @@ std::vector<std::string> write_tree_study_plots(const TreeStudyReport& r, const 
     p.y_label = "fraction of exhaustive detections missed";
     p.footnote = footnote;
     svg::Series s;
-    s.label = o.gpu ? "cuda-tree" : "cpu-tree";
+    s.label = o.tree_name();
     s.color = colors[1];
     int total = 0;
     for (int d : r.methods[0].detected) total += d;

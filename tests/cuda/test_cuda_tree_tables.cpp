@@ -65,16 +65,20 @@ void emulate_band(const tree::Plan& plan, const BandPlan& band, const EncodedSta
           o[at + 1] = c[p0 + 1] + c[p1 + 1];
         }
   }
-  const float* maps = buffer[1].data();
+  const float* maps = buffer[band.root_buffer].data();
   for (int v = 0; v < band.Va * band.Vb; ++v) {
     const int a = v % band.Va, b = v / band.Va;
     for (int r = 0; r < band.rows; ++r)
       for (int i = 0; i < band.width; ++i) {
-        const std::int64_t q0 =
-            band.x_part[a] + band.y_part[b] + std::int64_t(r) * band.stride[0] + kPixelFloats * i;
-        const std::int64_t q1 = band.x_part[band.Va + a] + band.y_part[band.Vb + b] +
-                                std::int64_t(r) * band.stride[1] + kPixelFloats * i;
-        const float A = maps[q0] + maps[q1], B = maps[q0 + 1] + maps[q1 + 1];
+        std::int64_t q[4];
+        for (int s = 0; s < band.sources; ++s)
+          q[s] = band.x_part[s * band.Va + a] + band.y_part[s * band.Vb + b] + std::int64_t(r) * band.stride[s] +
+                 kPixelFloats * i;
+        // Two sources: a0 + a1; four: (g0 + g1) + (g2 + g3), as the root kernel adds them.
+        const float A = band.sources == 2 ? maps[q[0]] + maps[q[1]]
+                                          : (maps[q[0]] + maps[q[1]]) + (maps[q[2]] + maps[q[3]]);
+        const float B = band.sources == 2 ? maps[q[0] + 1] + maps[q[1] + 1]
+                                          : (maps[q[0] + 1] + maps[q[1] + 1]) + (maps[q[2] + 1] + maps[q[3] + 1]);
         // A map pixel nothing wrote stays NaN and fails B > 0 and the comparison below.
         EXPECT_FALSE(std::isnan(A) || std::isnan(B)) << "unwritten map read at v " << v << " (" << i << "," << r << ")";
         if (B > 0) out.push_back({x0 + i, y0 + r, v, A, B});
@@ -82,11 +86,13 @@ void emulate_band(const tree::Plan& plan, const BandPlan& band, const EncodedSta
   }
 }
 
-std::vector<Trial> emulate(const tree::Plan& plan, const EncodedStack& s, int band_rows) {
+std::vector<Trial> emulate(const tree::Plan& plan, const EncodedStack& s, int band_rows, bool fuse_root) {
   std::vector<Trial> out;
   for (int y0 = 0; y0 < s.height; y0 += band_rows) {
     const int rows = std::min(band_rows, s.height - y0);
-    emulate_band(plan, make_band_plan(plan, s.width, rows), s, 0, y0, out);
+    const BandPlan band = make_band_plan(plan, s.width, rows, fuse_root);
+    EXPECT_EQ(band.sources, fuse_root ? 4 : 2) << "both children of these roots are parents";
+    emulate_band(plan, band, s, 0, y0, out);
   }
   std::sort(out.begin(), out.end(), [](const Trial& p, const Trial& q) {
     if (p.velocity != q.velocity) return p.velocity < q.velocity;
@@ -107,9 +113,10 @@ void expect_cpu_tree_floats(const KitStack& kit, Encoding enc, const std::vector
   const SearchResult c = search(*cpu, stack, kit.bank, policy);
   ASSERT_TRUE(c.note.find("exhaustive") == std::string::npos) << c.note;
   const tree::Plan plan = tree::make_plan(kit.bank, {});
-  for (int rows : band_rows) {
-    SCOPED_TRACE(to_string(enc) + ", bands of " + std::to_string(rows) + " rows");
-    const std::vector<Trial> g = emulate(plan, stack, rows);
+  for (int rows : band_rows)
+    for (bool fuse_root : {false, true}) {
+    SCOPED_TRACE(to_string(enc) + ", bands of " + std::to_string(rows) + " rows" + (fuse_root ? ", root fused" : ""));
+    const std::vector<Trial> g = emulate(plan, stack, rows, fuse_root);
     ASSERT_EQ(g.size(), c.candidates.size());
     std::size_t differing = 0;
     for (std::size_t k = 0; k < g.size(); ++k) {
@@ -122,7 +129,7 @@ void expect_cpu_tree_floats(const KitStack& kit, Encoding enc, const std::vector
                       << ") A " << q.A << " B " << q.B;
     }
     EXPECT_EQ(differing, 0u);
-  }
+    }
 }
 
 }  // namespace
@@ -182,4 +189,28 @@ TEST(CudaTreeTables, LevelsAlternateBuffersAndTheRootReadsLevelOne) {
     }
   }
   EXPECT_GT(band.traffic_bytes(), 16.0 * double(band.root_additions));
+  // The root's visiting order holds every velocity once.
+  std::vector<int> order = band.root_order;
+  ASSERT_EQ(order.size(), std::size_t(band.Va) * band.Vb);
+  std::sort(order.begin(), order.end());
+  for (std::size_t v = 0; v < order.size(); ++v) ASSERT_EQ(order[v], int(v));
+
+  // Fused: level 1 is never formed, the root reads level 2 (its buffer) at four sources, each
+  // read inside level 2's maps, and the root's additions are three per trial and channel.
+  const BandPlan fused = make_band_plan(plan, 128, 128, true);
+  ASSERT_EQ(fused.sources, 4);
+  EXPECT_EQ(fused.root_buffer, 0);
+  EXPECT_EQ(fused.level[1].floats, 0u);
+  EXPECT_TRUE(fused.level[1].parents.empty() && fused.level[1].leaves.empty());
+  EXPECT_EQ(fused.root_additions, 3 * band.root_additions);
+  EXPECT_LE(fused.buffer_floats[1], band.buffer_floats[1]);
+  for (int s = 0; s < 4; ++s)
+    for (int a = 0; a < fused.Va; ++a)
+      for (int b = 0; b < fused.Vb; ++b) {
+        const std::int64_t first = fused.x_part[s * fused.Va + a] + fused.y_part[s * fused.Vb + b];
+        EXPECT_GE(first, 0);
+        EXPECT_EQ(first % kPixelFloats, 0);
+        EXPECT_LE(first + std::int64_t(127) * fused.stride[s] + kPixelFloats * 128,
+                  std::int64_t(fused.level[2].floats));
+      }
 }

@@ -54,9 +54,11 @@ struct BandTables {
   };
   std::vector<Level> level;
   DeviceArray<std::int64_t> x_part, y_part;
+  DeviceArray<int> root_order;
   RootTables root;
 
-  BandTables(const tree::Plan& tree_plan, int width, int rows) : plan(make_band_plan(tree_plan, width, rows)) {
+  BandTables(const tree::Plan& tree_plan, int width, int rows, bool fuse_root)
+      : plan(make_band_plan(tree_plan, width, rows, fuse_root)) {
     level.resize(plan.level.size());
     for (std::size_t l = 1; l < plan.level.size(); ++l) {
       level[l].parents.upload(plan.level[l].parents);
@@ -65,13 +67,16 @@ struct BandTables {
     }
     x_part.upload(plan.x_part);
     y_part.upload(plan.y_part);
+    root_order.upload(plan.root_order);
+    root.order = root_order.get();
     root.x_part = x_part.get();
     root.y_part = y_part.get();
-    for (int c = 0; c < 2; ++c) root.stride[c] = plan.stride[c];
+    for (int c = 0; c < 4; ++c) root.stride[c] = plan.stride[c];
+    root.sources = plan.sources;
     root.Va = plan.Va;
     root.Vb = plan.Vb;
   }
-  double bytes() const { return plan.bytes(); }
+  double bytes(bool bf16) const { return bf16 ? plan.bytes() / 2 : plan.bytes(); }
 };
 
 // Free device memory the level buffers may take (the cube already resident).
@@ -93,6 +98,7 @@ struct CudaTreeEngine::State {
   std::vector<double> key;
   tree::Plan plan;
   std::map<std::pair<int, int>, std::unique_ptr<BandTables>> bands;  // by (width, rows)
+  bool fuse_root = true;  // the root formed from its grandchildren where it can be
   DeviceArray<float> buffer[2];
   DeviceArray<Hit> hits;
   DeviceArray<unsigned long long> hit_count;
@@ -111,13 +117,17 @@ struct CudaTreeEngine::State {
 
   BandTables& tables(int width, int rows) {
     auto& slot = bands[{width, rows}];
-    if (!slot) slot = std::make_unique<BandTables>(plan, width, rows);
+    if (!slot) slot = std::make_unique<BandTables>(plan, width, rows, fuse_root);
     return *slot;
   }
 };
 
 CudaTreeEngine::CudaTreeEngine(TreeOptions options, std::string name)
     : options_(options), name_(std::move(name)), state_(std::make_unique<State>()) {
+  // -1 (the engine's choice) fuses: level 1 is the largest level a GPU pass writes and reads
+  // back (on `deep` a third of its device-memory traffic); 0 never, 1 wherever both children
+  // of the root are parents.
+  state_->fuse_root = options_.fuse_root != 0;
   require(options_.screen_margin >= 0 && std::isfinite(options_.screen_margin),
           name_ + ": screen_margin must be >= 0, got " + std::to_string(options_.screen_margin));
   require(options_.oversample > 0 && options_.child_reach >= 0 && options_.fallback_fraction > 0,
@@ -196,7 +206,8 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   // Band rows: the whole region if the two level buffers fit, else halved until they do.
   int rows = options_.tile_height > 0 ? std::min(options_.tile_height, r.height) : r.height;
   const double budget = level_budget() + 4.0 * double(st.buffer[0].size() + st.buffer[1].size());
-  while (options_.tile_height == 0 && rows > 8 && st.tables(r.width, rows).bytes() > budget) rows = (rows + 1) / 2;
+  const bool bf16 = options_.bf16_maps;
+  while (options_.tile_height == 0 && rows > 8 && st.tables(r.width, rows).bytes(bf16) > budget) rows = (rows + 1) / 2;
   const int band_count = (r.height + rows - 1) / rows;
   stats_.band_rows = rows;
   stats_.bands = band_count;
@@ -238,8 +249,12 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
         if (in.policy.stop_requested()) throw Cancelled(name_ + ": search stopped on request");
         const int y0 = r.y0 + band * rows, h = std::min(rows, r.y0 + r.height - y0);
         BandTables& T = st.tables(r.width, h);
-        for (int b = 0; b < 2; ++b) st.buffer[b].resize(std::max(T.plan.buffer_floats[b], std::size_t(1)));
-        stats_.level_bytes = std::max(stats_.level_bytes, T.bytes());
+        // A float holds two BF16 elements.
+        for (int b = 0; b < 2; ++b)
+          st.buffer[b].resize(std::max(bf16 ? (T.plan.buffer_floats[b] + 1) / 2 : T.plan.buffer_floats[b], std::size_t(1)));
+        const MapBuffer buffer[2] = {{st.buffer[0].get(), bf16}, {st.buffer[1].get(), bf16}};
+        stats_.level_bytes = std::max(stats_.level_bytes, T.bytes(bf16));
+        stats_.fused_root = T.plan.sources == 4;
         StackView band_view = view;
         if (!resident) {
           const int x_lo = std::max(0, r.x0 + T.plan.read_lo[0]), y_lo = std::max(0, y0 + T.plan.read_lo[1]);
@@ -249,11 +264,10 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
         }
         for (int l = plan.depth; l >= 1; --l) {
           const LevelPlan& L = T.plan.level[l];
-          float* out = st.buffer[l % 2].get();
           launch_leaves(band_view, T.level[l].leaves.get(), int(L.leaves.size()), L.leaf_rows,
-                        T.level[l].samples.get(), r.x0, y0, out, 0);
-          launch_parents(T.level[l].parents.get(), int(L.parents.size()), L.parent_rows,
-                         st.buffer[(l + 1) % 2].get(), out, 0);
+                        T.level[l].samples.get(), r.x0, y0, buffer[l % 2], 0);
+          launch_parents(T.level[l].parents.get(), int(L.parents.size()), L.parent_rows, buffer[(l + 1) % 2],
+                         buffer[l % 2], 0);
           stats_.level_additions[l] += L.additions;
         }
         stats_.level_additions[0] += T.plan.root_additions;
@@ -275,7 +289,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
         p.hits = st.hits.get();
         p.hit_count = st.hit_count.get();
         p.capacity = st.hits.size();
-        const int written = launch_root(T.root, st.buffer[1].get(), p, 0);
+        const int written = launch_root(T.root, buffer[T.plan.root_buffer], p, 0);
         const std::vector<RootPartial> part = st.partials.download(std::size_t(written));
         partials.insert(partials.end(), part.begin(), part.end());
       }
@@ -476,6 +490,31 @@ void register_cuda_tree_engines() {
                     cuda_device_available};
   screen.digest_kind = DigestKind::screen;
   register_engine(std::move(screen));
+  // BF16 level maps: half the bytes on the tree's memory-bound passes. Not the auto choice: its
+  // tree Z differs from cpu-tree's by the rounding (docs/tree-search.md, "cuda-tree").
+  EngineInfo half{"cuda-tree-bf16",
+                  "cuda-tree with its level maps stored as BF16 pairs (sums formed in FP32): half the "
+                  "device-memory traffic; screened trials re-scored exactly as cuda-tree's",
+                  true, 20,
+                  [] {
+                    TreeOptions o;
+                    o.bf16_maps = true;
+                    return std::make_unique<CudaTreeEngine>(o, "cuda-tree-bf16");
+                  },
+                  cuda_device_available};
+  half.digest_kind = DigestKind::refined;
+  register_engine(std::move(half));
+  EngineInfo half_screen{"cuda-tree-bf16-screen", "cuda-tree-bf16's unrefined statistic alone: for sensitivity studies",
+                         true, -1,
+                         [] {
+                           TreeOptions o;
+                           o.bf16_maps = true;
+                           o.refine = false;
+                           return std::make_unique<CudaTreeEngine>(o, "cuda-tree-bf16-screen");
+                         },
+                         cuda_device_available};
+  half_screen.digest_kind = DigestKind::screen;
+  register_engine(std::move(half_screen));
 }
 
 }  // namespace shiftstack::cuda

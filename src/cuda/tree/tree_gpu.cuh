@@ -12,13 +12,16 @@
 
 namespace shiftstack::cuda::tree_gpu {
 
-// The root's reads: trial (i, r, a, b) sums child c's pixel at
-// x_part[c * Va + a] + y_part[c * Vb + b] + r * stride[c] + kPixelFloats * i (A, then B).
+// The root's reads: trial (i, r, a, b) sums source s's pixel at
+// x_part[s * Va + a] + y_part[s * Vb + b] + r * stride[s] + kPixelFloats * i (A, then B); the
+// sources are the root's 2 children or its 4 grandchildren (BandPlan::sources).
 struct RootTables {
   const std::int64_t* x_part = nullptr;
   const std::int64_t* y_part = nullptr;
-  int stride[2] = {0, 0};
+  const int* order = nullptr;  // velocities in the order the root visits them (BandPlan::root_order)
+  int stride[4] = {0, 0, 0, 0};
   int Va = 0, Vb = 0;
+  int sources = 2;
 };
 
 // A trial whose tree Z passed the screen.
@@ -66,12 +69,19 @@ struct ExactTables {
   bool bilinear = false;
 };
 
+// A level buffer: maps of FP32 pairs, or of BF16 pairs (TreeOptions::bf16_maps). Offsets in
+// the tables count elements (kPixelFloats per pixel) either way.
+struct MapBuffer {
+  void* data = nullptr;
+  bool bf16 = false;
+};
+
 void launch_leaves(const StackView& view, const LeafEntry* entries, int count, int max_height,
-                   const LeafSample* samples, int band_x0, int band_y0, float* out, cudaStream_t stream);
-void launch_parents(const ParentEntry* entries, int count, int max_height, const float* child, float* out,
+                   const LeafSample* samples, int band_x0, int band_y0, MapBuffer out, cudaStream_t stream);
+void launch_parents(const ParentEntry* entries, int count, int max_height, MapBuffer child, MapBuffer out,
                     cudaStream_t stream);
 // Returns the number of partials written (one per block).
-int launch_root(const RootTables& tables, const float* level1, const RootParams& params, cudaStream_t stream);
+int launch_root(const RootTables& tables, MapBuffer sources, const RootParams& params, cudaStream_t stream);
 
 // The refinement's flood on the device (tree::refine's rule): every neighbour of a seed (origin
 // +-1, each velocity index +-1) inside the region and not yet scored joins the list of trials,

@@ -3,6 +3,8 @@
 // screened trials. Float additions are written with __fadd_rn / __fmul_rn and the double sums
 // with __dadd_rn / __dmul_rn, so that nothing is contracted into a fused multiply-add: the tree
 // sums are cpu-tree's floats and the exact sums the reference engine's doubles, bit for bit.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 
 #include "cuda/common/check.cuh"
@@ -19,6 +21,17 @@ int grid_rows(int max_height) {
   return blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks);
 }
 
+// A map pixel's (A, B): FP32 pairs (cpu-tree's floats), or BF16 pairs (half the bytes; the sums
+// are formed in FP32 and rounded to BF16 when stored).
+__device__ inline float2 load_pair(const float* p) { return __ldg(reinterpret_cast<const float2*>(p)); }
+__device__ inline float2 load_pair(const __nv_bfloat16* p) {
+  return __bfloat1622float2(__ldg(reinterpret_cast<const __nv_bfloat162*>(p)));
+}
+__device__ inline void store_pair(float* p, float2 v) { *reinterpret_cast<float2*>(p) = v; }
+__device__ inline void store_pair(__nv_bfloat16* p, float2 v) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v.x, v.y);
+}
+
 // A sample as cpu-tree's band copy holds it: weighted, 0 where decode() reports none.
 template <StorageCode S>
 __device__ inline float2 cleaned(const StackView& view, int e, int x, int y) {
@@ -27,10 +40,9 @@ __device__ inline float2 cleaned(const StackView& view, int e, int x, int y) {
   return make_float2(__fmul_rn(view.psi_weight[e], d.psi), __fmul_rn(view.phi_weight[e], d.phi));
 }
 
-template <StorageCode S>
+template <StorageCode S, typename M>
 __global__ void __launch_bounds__(256) leaf_kernel(StackView view, const LeafEntry* entries,
-                                                   const LeafSample* samples, int band_x0, int band_y0,
-                                                   float* out) {
+                                                   const LeafSample* samples, int band_x0, int band_y0, M* out) {
   const LeafEntry entry = entries[blockIdx.x];
   for (int r = blockIdx.y * kRowsPerBlock + threadIdx.y; r < entry.height; r += gridDim.y * kRowsPerBlock)
     for (int i = threadIdx.x; i < entry.width; i += 32) {
@@ -43,16 +55,23 @@ __global__ void __launch_bounds__(256) leaf_kernel(StackView view, const LeafEnt
         sum.x = __fadd_rn(sum.x, v.x);
         sum.y = __fadd_rn(sum.y, v.y);
       }
-      *reinterpret_cast<float2*>(out + entry.out + kPixelFloats * (std::int64_t(r) * entry.width + i)) = sum;
+      store_pair(out + entry.out + kPixelFloats * (std::int64_t(r) * entry.width + i), sum);
     }
 }
 
-// Each warp forms kParentRows rows of a 32-row slab at once (rows 8 apart), so a thread keeps
-// 4 x kParentRows loads in flight and a block's start-up (reading its entry) is paid per slab.
-constexpr int kParentRows = 4;
+// Each warp forms Rows rows of a (8 x Rows)-row slab at once (rows 8 apart), so a thread keeps
+// 2 x Rows loads in flight and a block's start-up (reading its entry) is paid per slab. BF16
+// maps take 8 rows: with 4-byte pairs, 4 rows left the kernel waiting on memory latency (Nsight
+// Compute on `deep`: 94% of stalls on global loads, DRAM at 40% of its peak).
+template <typename M>
+constexpr int parent_rows() {
+  return sizeof(M) == 2 ? 8 : 4;
+}
 
-__global__ void __launch_bounds__(256) parent_kernel(const ParentEntry* entries, const float* __restrict__ child,
-                                                     float* __restrict__ out) {
+template <typename M>
+__global__ void __launch_bounds__(256) parent_kernel(const ParentEntry* entries, const M* __restrict__ child,
+                                                     M* __restrict__ out) {
+  constexpr int kParentRows = parent_rows<M>();
   const ParentEntry e = entries[blockIdx.x];
   constexpr int slab = kRowsPerBlock * kParentRows;
   for (int r0 = blockIdx.y * slab + threadIdx.y; r0 < e.height; r0 += gridDim.y * slab) {
@@ -62,15 +81,15 @@ __global__ void __launch_bounds__(256) parent_kernel(const ParentEntry* entries,
       for (int k = 0; k < kParentRows; ++k) {
         const int r = r0 + k * kRowsPerBlock;
         if (r >= e.height) break;
-        const float2 c0 = __ldg(reinterpret_cast<const float2*>(child + e.src[0] + std::int64_t(r) * e.stride[0]) + i);
-        const float2 c1 = __ldg(reinterpret_cast<const float2*>(child + e.src[1] + std::int64_t(r) * e.stride[1]) + i);
+        const float2 c0 = load_pair(child + e.src[0] + std::int64_t(r) * e.stride[0] + kPixelFloats * i);
+        const float2 c1 = load_pair(child + e.src[1] + std::int64_t(r) * e.stride[1] + kPixelFloats * i);
         sum[k] = make_float2(__fadd_rn(c0.x, c1.x), __fadd_rn(c0.y, c1.y));
       }
 #pragma unroll
       for (int k = 0; k < kParentRows; ++k) {
         const int r = r0 + k * kRowsPerBlock;
         if (r >= e.height) break;
-        reinterpret_cast<float2*>(out + e.out + kPixelFloats * std::int64_t(r) * e.width)[i] = sum[k];
+        store_pair(out + e.out + kPixelFloats * (std::int64_t(r) * e.width + i), sum[k]);
       }
     }
   }
@@ -86,43 +105,58 @@ constexpr int kRootRowsPerThread = kRootTileY / 8;
 constexpr int kRootChunk = 256;  // velocities whose map starts a root block stages at once
 
 // Block (32, 8): origins x0 + blockIdx.x * 32 + tx, rows y0 + blockIdx.y * 32 + ty + 8 k; trials of
-// the velocities [blockIdx.z * vpb, +vpb). A = a0 + a1, B = b0 + b1 as cpu-tree's root forms them.
-__global__ void __launch_bounds__(256) root_kernel(RootTables t, const float* __restrict__ maps, RootParams p) {
+// the velocities order[blockIdx.z * vpb, +vpb). Two sources: A = a0 + a1 as cpu-tree's root forms it
+// from its children; four: A = (g0 + g1) + (g2 + g3), the children's floats formed on the fly.
+template <int Sources, typename M>
+__global__ void __launch_bounds__(256, 5) root_kernel(RootTables t, const M* __restrict__ maps, RootParams p) {
   const int i = blockIdx.x * kRootTileX + threadIdx.x;
   const int r0 = blockIdx.y * kRootTileY + threadIdx.y;
   const int velocities = t.Va * t.Vb;
   const int v_first = blockIdx.z * p.velocities_per_block;
   const int v_last = min(v_first + p.velocities_per_block, velocities);
   double sum_a = 0, sum_b = 0;
-  unsigned long long scored = 0, counted = 0;
-  // The two children's map starts of a chunk of velocities, staged once per block: the loop
-  // below then waits on the maps alone, not on a table read before each velocity.
-  __shared__ std::int64_t start[2][kRootChunk];
+  // Per thread at most velocities_per_block x 4 rows trials: 32-bit counters (a register each).
+  unsigned scored = 0, counted = 0;
+  // The sources' map starts of a chunk of velocities, staged once per block: the loop below
+  // then waits on the maps alone, not on a table read before each velocity.
+  __shared__ std::int64_t start[Sources][kRootChunk];
+  __shared__ int velocity[kRootChunk];
   const int thread = threadIdx.y * 32 + threadIdx.x;
   for (int base = v_first; base < v_last; base += kRootChunk) {
     const int chunk = min(kRootChunk, v_last - base);
     __syncthreads();
     if (thread < chunk) {
-      const int a = (base + thread) % t.Va, b = (base + thread) / t.Va;
-      start[0][thread] = t.x_part[a] + t.y_part[b];
-      start[1][thread] = t.x_part[t.Va + a] + t.y_part[t.Vb + b];
+      const int v = t.order[base + thread];
+      const int a = v % t.Va, b = v / t.Va;
+      velocity[thread] = v;
+#pragma unroll
+      for (int s = 0; s < Sources; ++s) start[s][thread] = t.x_part[s * t.Va + a] + t.y_part[s * t.Vb + b];
     }
     __syncthreads();
     if (i >= p.width) continue;
     for (int j = 0; j < chunk; ++j) {
-      const int v = base + j;
-      const float* c0 = maps + start[0][j] + kPixelFloats * i;
-      const float* c1 = maps + start[1][j] + kPixelFloats * i;
+      const int v = velocity[j];
+      // Each source's row-0 pixel, read from shared memory once per velocity (not per row).
+      const M* src[Sources];
+#pragma unroll
+      for (int s = 0; s < Sources; ++s) src[s] = maps + start[s][j] + kPixelFloats * i;
       float As[kRootRowsPerThread], Bs[kRootRowsPerThread];
 #pragma unroll
       for (int k = 0; k < kRootRowsPerThread; ++k) {  // every row's loads first, then the tests
         const int r = r0 + 8 * k;
         As[k] = 0.0f, Bs[k] = 0.0f;
         if (r >= p.height) continue;
-        const float2 q0 = __ldg(reinterpret_cast<const float2*>(c0 + std::int64_t(r) * t.stride[0]));
-        const float2 q1 = __ldg(reinterpret_cast<const float2*>(c1 + std::int64_t(r) * t.stride[1]));
-        As[k] = __fadd_rn(q0.x, q1.x);
-        Bs[k] = __fadd_rn(q0.y, q1.y);
+        float2 q[Sources];
+#pragma unroll
+        for (int s = 0; s < Sources; ++s)
+          q[s] = load_pair(src[s] + std::int64_t(r) * t.stride[s]);
+        if constexpr (Sources == 2) {
+          As[k] = __fadd_rn(q[0].x, q[1].x);
+          Bs[k] = __fadd_rn(q[0].y, q[1].y);
+        } else {
+          As[k] = __fadd_rn(__fadd_rn(q[0].x, q[1].x), __fadd_rn(q[2].x, q[3].x));
+          Bs[k] = __fadd_rn(__fadd_rn(q[0].y, q[1].y), __fadd_rn(q[2].y, q[3].y));
+        }
       }
 #pragma unroll
       for (int k = 0; k < kRootRowsPerThread; ++k) {
@@ -144,10 +178,10 @@ __global__ void __launch_bounds__(256) root_kernel(RootTables t, const float* __
   }
   sum_a = warp_sum(sum_a);
   sum_b = warp_sum(sum_b);
-  scored = warp_sum(scored);
-  counted = warp_sum(counted);
+  const unsigned long long warp_scored = warp_sum(static_cast<unsigned long long>(scored));
+  const unsigned long long warp_counted = warp_sum(static_cast<unsigned long long>(counted));
   __shared__ RootPartial warp_partial[8];
-  if (threadIdx.x == 0) warp_partial[threadIdx.y] = RootPartial{sum_a, sum_b, scored, counted};
+  if (threadIdx.x == 0) warp_partial[threadIdx.y] = RootPartial{sum_a, sum_b, warp_scored, warp_counted};
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0) {
     RootPartial total{0, 0, 0, 0};
@@ -341,30 +375,50 @@ int blocks_for(long long threads, int per_block) { return int((threads + per_blo
 }  // namespace
 
 void launch_leaves(const StackView& view, const LeafEntry* entries, int count, int max_height,
-                   const LeafSample* samples, int band_x0, int band_y0, float* out, cudaStream_t stream) {
+                   const LeafSample* samples, int band_x0, int band_y0, MapBuffer out, cudaStream_t stream) {
   if (count == 0) return;
   const dim3 grid(count, grid_rows(max_height)), block(32, kRowsPerBlock);
   dispatch_storage(view.storage, [&]<StorageCode S>() {
-    leaf_kernel<S><<<grid, block, 0, stream>>>(view, entries, samples, band_x0, band_y0, out);
+    if (out.bf16)
+      leaf_kernel<S><<<grid, block, 0, stream>>>(view, entries, samples, band_x0, band_y0,
+                                                 static_cast<__nv_bfloat16*>(out.data));
+    else
+      leaf_kernel<S><<<grid, block, 0, stream>>>(view, entries, samples, band_x0, band_y0,
+                                                 static_cast<float*>(out.data));
   });
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 
-void launch_parents(const ParentEntry* entries, int count, int max_height, const float* child, float* out,
+void launch_parents(const ParentEntry* entries, int count, int max_height, MapBuffer child, MapBuffer out,
                     cudaStream_t stream) {
   if (count == 0) return;
-  const int slabs = std::min(65535, std::max(1, (max_height + kRowsPerBlock * kParentRows - 1) /
-                                                   (kRowsPerBlock * kParentRows)));
+  const int rows = kRowsPerBlock * (out.bf16 ? parent_rows<__nv_bfloat16>() : parent_rows<float>());
+  const int slabs = std::min(65535, std::max(1, (max_height + rows - 1) / rows));
   const dim3 grid(count, slabs), block(32, kRowsPerBlock);
-  parent_kernel<<<grid, block, 0, stream>>>(entries, child, out);
+  if (out.bf16)
+    parent_kernel<<<grid, block, 0, stream>>>(entries, static_cast<const __nv_bfloat16*>(child.data),
+                                              static_cast<__nv_bfloat16*>(out.data));
+  else
+    parent_kernel<<<grid, block, 0, stream>>>(entries, static_cast<const float*>(child.data),
+                                              static_cast<float*>(out.data));
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 
-int launch_root(const RootTables& tables, const float* level1, const RootParams& params, cudaStream_t stream) {
+int launch_root(const RootTables& tables, MapBuffer sources, const RootParams& params, cudaStream_t stream) {
   const int velocities = tables.Va * tables.Vb;
   const dim3 grid((params.width + kRootTileX - 1) / kRootTileX, (params.height + kRootTileY - 1) / kRootTileY,
                   (velocities + params.velocities_per_block - 1) / params.velocities_per_block);
-  root_kernel<<<grid, dim3(32, 8), 0, stream>>>(tables, level1, params);
+  auto run = [&]<int Sources>() {
+    if (sources.bf16)
+      root_kernel<Sources><<<grid, dim3(32, 8), 0, stream>>>(tables, static_cast<const __nv_bfloat16*>(sources.data),
+                                                             params);
+    else
+      root_kernel<Sources><<<grid, dim3(32, 8), 0, stream>>>(tables, static_cast<const float*>(sources.data), params);
+  };
+  if (tables.sources == 4)
+    run.template operator()<4>();
+  else
+    run.template operator()<2>();
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   return int(grid.x * grid.y * grid.z);
 }

@@ -16,6 +16,7 @@ namespace shiftstack::cuda::tree_gpu {
 // so a kernel moves a pixel's two channels in one load whatever the shift). Offsets and strides
 // are in floats; pixel i of a row lies kPixelFloats * i floats after the row's start.
 constexpr int kPixelFloats = 2;
+constexpr int kRootOrderTile[2] = {8, 4};
 
 // One node velocity of a parent node: per map pixel, A = child0 + child1 and B likewise.
 struct ParentEntry {
@@ -47,13 +48,21 @@ struct LevelPlan {
 
 // The plan over a band of `rows` origin rows and `width` origins: every node's maps at a fixed
 // place in its level's buffer (levels alternate between two buffers: level l in buffer l % 2,
-// formed from level l + 1 in the other), and the root's reads: trial (i, r, a, b) sums child c's
-// pixel at x_part[c * Va + a] + y_part[c * Vb + b] + r * stride[c] + kPixelFloats * i (A; B next).
+// formed from level l + 1 in the other), and the root's reads: trial (i, r, a, b) sums source s's
+// pixel at x_part[s * Va + a] + y_part[s * Vb + b] + r * stride[s] + kPixelFloats * i (A; B next).
+// The sources are the root's two children (level 1), or, with the root fused, its four
+// grandchildren (level 2: A = (g0 + g1) + (g2 + g3), the floats level 1 would hold, added in the
+// same order), and level 1 is never formed.
 struct BandPlan {
   int width = 0, rows = 0;
   std::vector<LevelPlan> level;  // [0 .. depth]; level 0 (the root) keeps no maps
+  int sources = 2;               // 2: children, 4: grandchildren (fused root)
+  int root_buffer = 1;           // the buffer the root reads: that of its sources' level
   std::vector<std::int64_t> x_part, y_part;
-  int stride[2] = {0, 0};  // floats
+  // The root visits velocities in tiles of kRootOrderTile[0] x [1] (vx, vy) values: neighbouring
+  // velocities read the same child maps, so a block finds them still in its L1 cache.
+  std::vector<int> root_order;
+  int stride[4] = {0, 0, 0, 0};  // floats
   int Va = 0, Vb = 0;
   std::size_t buffer_floats[2] = {0, 0};
   // Samples the leaves read, relative to the band's first origin: [lo, hi) per axis.
@@ -66,6 +75,7 @@ struct BandPlan {
   double traffic_bytes() const;
 };
 
-BandPlan make_band_plan(const tree::Plan& plan, int width, int rows);
+// fuse_root: form the root from its grandchildren when both its children are parents.
+BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_root = false);
 
 }  // namespace shiftstack::cuda::tree_gpu
