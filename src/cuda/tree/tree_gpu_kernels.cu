@@ -59,19 +59,14 @@ __global__ void __launch_bounds__(256) leaf_kernel(StackView view, const LeafEnt
     }
 }
 
-// Each warp forms Rows rows of a (8 x Rows)-row slab at once (rows 8 apart), so a thread keeps
-// 2 x Rows loads in flight and a block's start-up (reading its entry) is paid per slab. BF16
-// maps take 8 rows: with 4-byte pairs, 4 rows left the kernel waiting on memory latency (Nsight
-// Compute on `deep`: 94% of stalls on global loads, DRAM at 40% of its peak).
-template <typename M>
-constexpr int parent_rows() {
-  return sizeof(M) == 2 ? 8 : 4;
-}
+// Each warp forms kParentRows rows of a 32-row slab at once (rows 8 apart), so a thread keeps
+// 4 x kParentRows loads in flight and a block's start-up (reading its entry) is paid per slab.
+// (8 rows for BF16 maps measured slower on `deep`: 119 against 111 ms.)
+constexpr int kParentRows = 4;
 
 template <typename M>
 __global__ void __launch_bounds__(256) parent_kernel(const ParentEntry* entries, const M* __restrict__ child,
                                                      M* __restrict__ out) {
-  constexpr int kParentRows = parent_rows<M>();
   const ParentEntry e = entries[blockIdx.x];
   constexpr int slab = kRowsPerBlock * kParentRows;
   for (int r0 = blockIdx.y * slab + threadIdx.y; r0 < e.height; r0 += gridDim.y * slab) {
@@ -108,15 +103,14 @@ constexpr int kRootChunk = 256;  // velocities whose map starts a root block sta
 // the velocities order[blockIdx.z * vpb, +vpb). Two sources: A = a0 + a1 as cpu-tree's root forms it
 // from its children; four: A = (g0 + g1) + (g2 + g3), the children's floats formed on the fly.
 template <int Sources, typename M>
-__global__ void __launch_bounds__(256, 5) root_kernel(RootTables t, const M* __restrict__ maps, RootParams p) {
+__global__ void __launch_bounds__(256) root_kernel(RootTables t, const M* __restrict__ maps, RootParams p) {
   const int i = blockIdx.x * kRootTileX + threadIdx.x;
   const int r0 = blockIdx.y * kRootTileY + threadIdx.y;
   const int velocities = t.Va * t.Vb;
   const int v_first = blockIdx.z * p.velocities_per_block;
   const int v_last = min(v_first + p.velocities_per_block, velocities);
   double sum_a = 0, sum_b = 0;
-  // Per thread at most velocities_per_block x 4 rows trials: 32-bit counters (a register each).
-  unsigned scored = 0, counted = 0;
+  unsigned long long scored = 0, counted = 0;
   // The sources' map starts of a chunk of velocities, staged once per block: the loop below
   // then waits on the maps alone, not on a table read before each velocity.
   __shared__ std::int64_t start[Sources][kRootChunk];
@@ -178,10 +172,10 @@ __global__ void __launch_bounds__(256, 5) root_kernel(RootTables t, const M* __r
   }
   sum_a = warp_sum(sum_a);
   sum_b = warp_sum(sum_b);
-  const unsigned long long warp_scored = warp_sum(static_cast<unsigned long long>(scored));
-  const unsigned long long warp_counted = warp_sum(static_cast<unsigned long long>(counted));
+  scored = warp_sum(scored);
+  counted = warp_sum(counted);
   __shared__ RootPartial warp_partial[8];
-  if (threadIdx.x == 0) warp_partial[threadIdx.y] = RootPartial{sum_a, sum_b, warp_scored, warp_counted};
+  if (threadIdx.x == 0) warp_partial[threadIdx.y] = RootPartial{sum_a, sum_b, scored, counted};
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0) {
     RootPartial total{0, 0, 0, 0};
@@ -392,8 +386,8 @@ void launch_leaves(const StackView& view, const LeafEntry* entries, int count, i
 void launch_parents(const ParentEntry* entries, int count, int max_height, MapBuffer child, MapBuffer out,
                     cudaStream_t stream) {
   if (count == 0) return;
-  const int rows = kRowsPerBlock * (out.bf16 ? parent_rows<__nv_bfloat16>() : parent_rows<float>());
-  const int slabs = std::min(65535, std::max(1, (max_height + rows - 1) / rows));
+  const int slabs = std::min(65535, std::max(1, (max_height + kRowsPerBlock * kParentRows - 1) /
+                                                   (kRowsPerBlock * kParentRows)));
   const dim3 grid(count, slabs), block(32, kRowsPerBlock);
   if (out.bf16)
     parent_kernel<<<grid, block, 0, stream>>>(entries, static_cast<const __nv_bfloat16*>(child.data),
