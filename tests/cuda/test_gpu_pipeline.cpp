@@ -104,6 +104,9 @@ TEST(GpuPipeline, CudaTreeGivesCudaFastsCandidates) {
     const RunOutput tree = run_search(config_for(kit, "gpu", "cuda-tree"), loaded(kit), options);
     EXPECT_EQ(tree.engine, "cuda-tree") << what;
     EXPECT_EQ(tree.likelihood_device, "gpu") << what;
+    // It searched the cube where the GPU encoded it: no copy to the host and back.
+    for (const StageTime& stage : tree.stages)
+      EXPECT_EQ(stage.detail.find("fetched from the GPU"), std::string::npos) << what << ": " << stage.detail;
     EXPECT_EQ(tree.digest.count, fast.digest.count) << what;
     EXPECT_NEAR(tree.digest.maxZ, fast.digest.maxZ, 1e-4) << what;
     EXPECT_EQ(tree.digest.argmax_x, fast.digest.argmax_x) << what;
