@@ -51,12 +51,6 @@ struct BenchOptions {
 
 bool is_custom(const BenchOptions& o) { return o.exposures || o.width || o.height || o.vx || o.vy; }
 
-const EngineInfo* find_engine(const std::string& name) {
-  for (const auto& info : engines())
-    if (info.name == name) return &info;
-  return nullptr;
-}
-
 bool available(const std::string& name) {
   const EngineInfo* info = find_engine(name);
   return info && info->available();
@@ -373,18 +367,17 @@ void run_bench(const BenchOptions& o) {
       }
       const EncodedStack& stack = stack_for(encoding);
       std::unique_ptr<Engine> engine = info.make();
-      if (dynamic_cast<TreeEngine*>(engine.get())) {
+      if (const auto* cpu_tree = dynamic_cast<const TreeEngine*>(engine.get())) {
         TreeOptions t = o.tree;
-        t.refine = engine_name != "cpu-tree-screen";
+        t.refine = cpu_tree->options().refine;  // the variant's own (cpu-tree-screen: unrefined)
         engine = std::make_unique<TreeEngine>(t, engine_name);
       }
 #ifdef SHIFTSTACK_HAVE_CUDA
-      if (dynamic_cast<cuda::CudaTreeEngine*>(engine.get())) {
-        // Of the tree options only these mean the same on the GPU (its bands are its own).
-        TreeOptions t;
+      if (const auto* gpu_tree = dynamic_cast<const cuda::CudaTreeEngine*>(engine.get())) {
+        // The variant's own options (refine, BF16 maps); of the bench's tree options only
+        // fuse_root means the same on the GPU (its bands are its own).
+        TreeOptions t = gpu_tree->options();
         t.fuse_root = o.tree.fuse_root;
-        t.refine = engine_name.find("-screen") == std::string::npos;
-        t.bf16_maps = engine_name.find("bf16") != std::string::npos;
         engine = std::make_unique<cuda::CudaTreeEngine>(t, engine_name);
       }
 #endif

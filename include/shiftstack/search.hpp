@@ -98,10 +98,14 @@ struct EngineInfo {
   // Arithmetic below FP32 (tensor-core FP16 operands): compared with SPEC 4's reduced tolerances.
   bool reduced_arithmetic = false;
   DigestKind digest_kind = DigestKind::exhaustive;
+  // Searches a stack encoded on the device where it lies (through acquire_stack()); the
+  // pipeline copies a GPU-encoded cube to the host for the other engines.
+  bool reads_device_cube = false;
 };
 
 void register_engine(EngineInfo info);
 const std::vector<EngineInfo>& engines();  // registers the built-in engines on first use
+const EngineInfo* find_engine(const std::string& name);  // nullptr for an unknown name
 std::unique_ptr<Engine> make_engine(const std::string& name);  // Error lists the known names
 std::string best_available_engine();
 

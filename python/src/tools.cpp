@@ -41,9 +41,8 @@ Digest digest_from(const py::dict& d) {
 }
 
 bool engine_is_gpu(const std::string& name) {
-  for (const auto& e : engines())
-    if (e.name == name) return e.gpu;
-  return false;
+  const EngineInfo* e = find_engine(name);
+  return e != nullptr && e->gpu;
 }
 
 NullWindowPlacement placement_of(const std::string& name) {

@@ -33,6 +33,12 @@ const std::vector<EngineInfo>& engines() {
   return registry();
 }
 
+const EngineInfo* find_engine(const std::string& name) {
+  for (const auto& e : engines())
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
 std::unique_ptr<Engine> make_engine(const std::string& name) {
   std::string known;
   for (const auto& e : engines()) {

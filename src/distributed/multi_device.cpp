@@ -44,8 +44,7 @@ bool has_host_payload(const EncodedStack& s) {
 }
 
 const EngineInfo& engine_info(const std::string& name) {
-  for (const auto& e : engines())
-    if (e.name == name) return e;
+  if (const EngineInfo* e = find_engine(name)) return *e;
   make_engine(name);  // throws the registry's own "unknown engine" error with the known names
   throw Error("unknown engine '" + name + "'");
 }

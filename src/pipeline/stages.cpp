@@ -218,29 +218,28 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
   if (progress) progress(0, probe.region.count() * std::int64_t(bank.size()));
   auto engine = choose_engine(requested.empty() ? config.engine : requested, config.cpu_only, probe);
   std::string note;
+  const EngineInfo* info = find_engine(engine->name());
+  const bool reads_device_cube = info != nullptr && info->reads_device_cube;
 #ifdef SHIFTSTACK_HAVE_CUDA
-  // Engines other than the CUDA gathers read the host payload: fetch the device cube for them.
-  if (cube_on_gpu && !cuda::reads_device_cube(engine->name())) {
+  // The other engines read the host payload: fetch the device cube for them.
+  if (cube_on_gpu && !reads_device_cube) {
     cuda::download_device_cube(*encoded.stack);
     note = " (cube fetched from the GPU)";
   }
 #else
   (void)cube_on_gpu;
+  (void)reads_device_cube;
 #endif
   // gpus: one search split over several devices (the same digest; multi_device.hpp). CPU engines
   // have no devices: "all" is one band there, a count or a list gives that many bands in turn.
-  const bool gpu_engine = [&] {
-    for (const auto& e : engines())
-      if (e.name == engine->name()) return e.gpu;
-    return false;
-  }();
+  const bool gpu_engine = info != nullptr && info->gpu;
   out.devices = config.gpus == "all" && !gpu_engine
                     ? std::vector<int>{0}
                     : parse_device_list(config.gpus, gpu_engine ? visible_device_count() : std::numeric_limits<int>::max());
   if (out.devices.size() > 1 || out.devices.front() != 0) {
 #ifdef SHIFTSTACK_HAVE_CUDA
     // Every device uploads its band from the host copy.
-    if (cube_on_gpu && cuda::reads_device_cube(engine->name())) {
+    if (cube_on_gpu && reads_device_cube) {
       cuda::download_device_cube(*encoded.stack);
       note = " (cube fetched from the GPU)";
     }

@@ -626,12 +626,4 @@ std::vector<LightCurve> DeviceLikelihood::light_curves(const MotionBank& bank, c
 
 LikelihoodStack compute_likelihood_gpu(const ExposureStack& stack) { return DeviceLikelihood(stack).download(); }
 
-bool reads_device_cube(const std::string& engine_name) {
-  // The engines that take their cube from acquire_stack(): those built on run_gather
-  // (gather_driver.cu) and the cuda-tree family (which hands a device-encoded stack to cuda-fast
-  // rather than refine on the host).
-  return engine_name == "cuda-serial" || engine_name == "cuda-tiled" || engine_name == "cuda-fast" ||
-         engine_name.rfind("cuda-tree", 0) == 0;
-}
-
 }  // namespace shiftstack::cuda

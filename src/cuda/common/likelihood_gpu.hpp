@@ -72,10 +72,6 @@ class DeviceLikelihood {
 // compute_likelihood(stack) on the GPU (without covariances), returned on the host.
 LikelihoodStack compute_likelihood_gpu(const ExposureStack& stack);
 
-// Engines whose scans read the cube through the device cache (the gathers), so that a stack
-// encoded on the device needs no host payload.
-bool reads_device_cube(const std::string& engine_name);
-
 // For a stack from DeviceLikelihood::encode(): copies its device cube into the host payload
 // (for engines that read the host copy). release_device_cube() frees the device-encoded cube and
 // any rectangle cut from it.

@@ -592,11 +592,13 @@ std::string last_fast_variant() {
 }  // namespace cuda
 
 void register_cuda_fast_engine() {
-  register_engine({"cuda-fast",
-                   "GPU fair gather: velocity packets staged once per exposure chunk in shared memory, "
-                   "sums in registers, integer offsets, fused scoring, candidates and top-k; fractional "
-                   "shifts run cuda-tiled's bilinear kernel (no fast fractional path)",
-                   true, 40, [] { return std::make_unique<cuda::FastEngine>(); }, cuda_device_available});
+  EngineInfo info{"cuda-fast",
+                  "GPU fair gather: velocity packets staged once per exposure chunk in shared memory, "
+                  "sums in registers, integer offsets, fused scoring, candidates and top-k; fractional "
+                  "shifts run cuda-tiled's bilinear kernel (no fast fractional path)",
+                  true, 40, [] { return std::make_unique<cuda::FastEngine>(); }, cuda_device_available};
+  info.reads_device_cube = true;  // run_gather takes its cube from acquire_stack()
+  register_engine(std::move(info));
 }
 
 }  // namespace shiftstack

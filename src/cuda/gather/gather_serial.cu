@@ -109,11 +109,13 @@ class SerialEngine final : public Engine {
 }  // namespace cuda
 
 void register_cuda_serial_engine() {
-  register_engine({"cuda-serial",
-                   "GPU, KBMOD-style: 128x2 blocks, one origin per thread, FP64 coordinates, FP32 sums; "
-                   "integer and fractional (bilinear) shifts",
-                   true, 20, [] { return std::make_unique<cuda::SerialEngine>(); },
-                   cuda_device_available});
+  EngineInfo info{"cuda-serial",
+                  "GPU, KBMOD-style: 128x2 blocks, one origin per thread, FP64 coordinates, FP32 sums; "
+                  "integer and fractional (bilinear) shifts",
+                  true, 20, [] { return std::make_unique<cuda::SerialEngine>(); },
+                  cuda_device_available};
+  info.reads_device_cube = true;  // run_gather takes its cube from acquire_stack()
+  register_engine(std::move(info));
 }
 
 }  // namespace shiftstack

@@ -174,12 +174,14 @@ class TiledEngine final : public Engine {
 }  // namespace cuda
 
 void register_cuda_tiled_engine() {
-  register_engine({"cuda-tiled",
-                   "GPU tiled gather: 32x8 origins x up to 32 velocities per block, footprint staged "
-                   "and decoded once per exposure in shared memory; fractional shifts: bilinear corners "
-                   "and covariances staged the same way",
-                   true, 30, [] { return std::make_unique<cuda::TiledEngine>(); },
-                   cuda_device_available});
+  EngineInfo info{"cuda-tiled",
+                  "GPU tiled gather: 32x8 origins x up to 32 velocities per block, footprint staged "
+                  "and decoded once per exposure in shared memory; fractional shifts: bilinear corners "
+                  "and covariances staged the same way",
+                  true, 30, [] { return std::make_unique<cuda::TiledEngine>(); },
+                  cuda_device_available};
+  info.reads_device_cube = true;  // run_gather takes its cube from acquire_stack()
+  register_engine(std::move(info));
 }
 
 }  // namespace shiftstack

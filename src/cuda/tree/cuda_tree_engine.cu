@@ -76,7 +76,11 @@ struct BandTables {
     root.Va = plan.Va;
     root.Vb = plan.Vb;
   }
-  double bytes(bool bf16) const { return bf16 ? plan.bytes() / 2 : plan.bytes(); }
+  // Floats level buffer b takes: a float holds one FP32 element or two BF16 ones.
+  std::size_t storage_floats(int b, bool bf16) const {
+    return bf16 ? (plan.buffer_floats[b] + 1) / 2 : plan.buffer_floats[b];
+  }
+  double bytes(bool bf16) const { return 4.0 * double(storage_floats(0, bf16) + storage_floats(1, bf16)); }
 };
 
 // Free device memory the level buffers may take (the cube already resident).
@@ -98,7 +102,6 @@ struct CudaTreeEngine::State {
   std::vector<double> key;
   tree::Plan plan;
   std::map<std::pair<int, int>, std::unique_ptr<BandTables>> bands;  // by (width, rows)
-  bool fuse_root = true;  // the root formed from its grandchildren where it can be
   DeviceArray<float> buffer[2];
   DeviceArray<Hit> hits;
   DeviceArray<unsigned long long> hit_count;
@@ -115,7 +118,8 @@ struct CudaTreeEngine::State {
   DeviceArray<unsigned long long> flood_count;  // trials reached; trials above the floor so far
   std::vector<double> exact_key;  // the bank and shift mode of ix, iy, sx, sy
 
-  BandTables& tables(int width, int rows) {
+  // fuse_root is the engine's, the same for every call.
+  BandTables& tables(int width, int rows, bool fuse_root) {
     auto& slot = bands[{width, rows}];
     if (!slot) slot = std::make_unique<BandTables>(plan, width, rows, fuse_root);
     return *slot;
@@ -124,10 +128,6 @@ struct CudaTreeEngine::State {
 
 CudaTreeEngine::CudaTreeEngine(TreeOptions options, std::string name)
     : options_(options), name_(std::move(name)), state_(std::make_unique<State>()) {
-  // -1 (the engine's choice) fuses: level 1 is the largest level a GPU pass writes and reads
-  // back (on `deep` a third of its device-memory traffic); 0 never, 1 wherever both children
-  // of the root are parents.
-  state_->fuse_root = options_.fuse_root != 0;
   require(options_.screen_margin >= 0 && std::isfinite(options_.screen_margin),
           name_ + ": screen_margin must be >= 0, got " + std::to_string(options_.screen_margin));
   require(options_.oversample > 0 && options_.child_reach >= 0 && options_.fallback_fraction > 0,
@@ -207,12 +207,16 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   int rows = options_.tile_height > 0 ? std::min(options_.tile_height, r.height) : r.height;
   const double budget = level_budget() + 4.0 * double(st.buffer[0].size() + st.buffer[1].size());
   const bool bf16 = options_.bf16_maps;
-  while (options_.tile_height == 0 && rows > 8 && st.tables(r.width, rows).bytes(bf16) > budget) rows = (rows + 1) / 2;
+  // fuse_root -1 (the engine's choice) fuses: level 1 is the largest level a GPU pass writes and
+  // reads back (on `deep` a third of its device-memory traffic); 0 never.
+  const bool fuse_root = options_.fuse_root != 0;
+  while (options_.tile_height == 0 && rows > 8 && st.tables(r.width, rows, fuse_root).bytes(bf16) > budget)
+    rows = (rows + 1) / 2;
   const int band_count = (r.height + rows - 1) / rows;
   stats_.band_rows = rows;
   stats_.bands = band_count;
   {
-    BandTables& full = st.tables(r.width, rows);
+    BandTables& full = st.tables(r.width, rows, fuse_root);
     double additions = double(full.plan.root_additions);
     for (const LevelPlan& L : full.plan.level) additions += double(L.additions);
     const double per_trial = additions * band_count / double(stats_.trials);
@@ -248,10 +252,8 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
       for (int band = 0; band < band_count; ++band) {
         if (in.policy.stop_requested()) throw Cancelled(name_ + ": search stopped on request");
         const int y0 = r.y0 + band * rows, h = std::min(rows, r.y0 + r.height - y0);
-        BandTables& T = st.tables(r.width, h);
-        // A float holds two BF16 elements.
-        for (int b = 0; b < 2; ++b)
-          st.buffer[b].resize(std::max(bf16 ? (T.plan.buffer_floats[b] + 1) / 2 : T.plan.buffer_floats[b], std::size_t(1)));
+        BandTables& T = st.tables(r.width, h, fuse_root);
+        for (int b = 0; b < 2; ++b) st.buffer[b].resize(std::max(T.storage_floats(b, bf16), std::size_t(1)));
         const MapBuffer buffer[2] = {{st.buffer[0].get(), bf16}, {st.buffer[1].get(), bf16}};
         stats_.level_bytes = std::max(stats_.level_bytes, T.bytes(bf16));
         stats_.fused_root = T.plan.sources == 4;
@@ -468,53 +470,46 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   return finish(note);
 }
 
+namespace {
+
+// One cuda-tree variant: its options and how its digest is compared. Every variant searches the
+// cube where acquire_stack() keeps it, a GPU-encoded one included.
+void register_variant(const char* name, const char* description, int preference, bool refine, bool bf16_maps) {
+  EngineInfo info{name, description, true, preference,
+                  [=] {
+                    TreeOptions o;
+                    o.refine = refine;
+                    o.bf16_maps = bf16_maps;
+                    return std::make_unique<CudaTreeEngine>(o, name);
+                  },
+                  cuda_device_available};
+  info.digest_kind = refine ? DigestKind::refined : DigestKind::screen;
+  info.reads_device_cube = true;
+  register_engine(std::move(info));
+}
+
+}  // namespace
+
 void register_cuda_tree_engines() {
   // The auto choice (above cuda-fast's 40): its GPU validation shows completeness and false
   // alarms equal to cuda-fast's on every workload studied (bench/validation/cuda-tree-study/),
   // and GpuPipeline.CudaTreeGivesCudaFastsCandidates runs the file pipeline with it; whatever the
   // tree cannot represent it hands to cuda-fast itself (docs/tree-search.md, "cuda-tree").
-  EngineInfo tree{"cuda-tree",
-                  "cpu-tree's tree of partial sums on the GPU: levels as batched shift-and-add, the root "
-                  "streamed and screened, screened trials re-scored exactly on the device",
-                  true, 45, [] { return std::make_unique<CudaTreeEngine>(); }, cuda_device_available};
-  tree.digest_kind = DigestKind::refined;
-  register_engine(std::move(tree));
-  EngineInfo screen{"cuda-tree-screen",
-                    "cuda-tree's unrefined statistic alone (cpu-tree-screen's floats): for sensitivity studies",
-                    true, -1,
-                    [] {
-                      TreeOptions o;
-                      o.refine = false;
-                      return std::make_unique<CudaTreeEngine>(o, "cuda-tree-screen");
-                    },
-                    cuda_device_available};
-  screen.digest_kind = DigestKind::screen;
-  register_engine(std::move(screen));
+  register_variant("cuda-tree",
+                   "cpu-tree's tree of partial sums on the GPU: levels as batched shift-and-add, the root "
+                   "streamed and screened, screened trials re-scored exactly on the device",
+                   45, true, false);
+  register_variant("cuda-tree-screen",
+                   "cuda-tree's unrefined statistic alone (cpu-tree-screen's floats): for sensitivity studies", -1,
+                   false, false);
   // BF16 level maps: half the bytes on the tree's memory-bound passes. Not the auto choice: its
   // tree Z differs from cpu-tree's by the rounding (docs/tree-search.md, "cuda-tree").
-  EngineInfo half{"cuda-tree-bf16",
-                  "cuda-tree with its level maps stored as BF16 pairs (sums formed in FP32): half the "
-                  "device-memory traffic; screened trials re-scored exactly as cuda-tree's",
-                  true, 20,
-                  [] {
-                    TreeOptions o;
-                    o.bf16_maps = true;
-                    return std::make_unique<CudaTreeEngine>(o, "cuda-tree-bf16");
-                  },
-                  cuda_device_available};
-  half.digest_kind = DigestKind::refined;
-  register_engine(std::move(half));
-  EngineInfo half_screen{"cuda-tree-bf16-screen", "cuda-tree-bf16's unrefined statistic alone: for sensitivity studies",
-                         true, -1,
-                         [] {
-                           TreeOptions o;
-                           o.bf16_maps = true;
-                           o.refine = false;
-                           return std::make_unique<CudaTreeEngine>(o, "cuda-tree-bf16-screen");
-                         },
-                         cuda_device_available};
-  half_screen.digest_kind = DigestKind::screen;
-  register_engine(std::move(half_screen));
+  register_variant("cuda-tree-bf16",
+                   "cuda-tree with its level maps stored as BF16 pairs (sums formed in FP32): half the "
+                   "device-memory traffic; screened trials re-scored exactly as cuda-tree's",
+                   20, true, true);
+  register_variant("cuda-tree-bf16-screen", "cuda-tree-bf16's unrefined statistic alone: for sensitivity studies",
+                   -1, false, true);
 }
 
 }  // namespace shiftstack::cuda
