@@ -46,6 +46,10 @@ struct TreeOptions {
   // map pixel is still formed in FP32 and rounded once when stored, so the tree Z moves by the
   // rounding (measured in docs/tree-search.md) while refined scores stay exact.
   bool bf16_maps = false;
+  // cuda-tree only: form a level from two levels down where the level between holds parents
+  // only, so that level is never stored (the same floats; -1: the engine's choice, 0 never, 1
+  // wherever it can).
+  int fuse_levels = -1;
 };
 
 // What one tree level cost in one search, counted by the executor (margins included).

@@ -164,6 +164,8 @@ TreeEngine::TreeEngine(TreeOptions options, std::string name)
   require(options_.tile_width >= 0 && options_.tile_height >= 0 && options_.cut_level >= 0,
           "cpu-tree: tile sizes and the cut level must be >= 0");
   require(!options_.bf16_maps, "cpu-tree: BF16 level maps are cuda-tree's (cuda-tree-bf16); cpu-tree keeps FP32 maps");
+  require(options_.fuse_levels <= 0, "cpu-tree: fused levels are cuda-tree's (its level tables); cpu-tree forms "
+                                     "the levels above its cut per tile");
   require(options_.oversample > 0 && options_.child_reach >= 0 && options_.fallback_fraction > 0,
           "cpu-tree: oversample and fallback_fraction must be > 0, child_reach >= 0");
   require(options_.tile_budget_bytes > 0 && options_.band_budget_bytes > 0, "cpu-tree: budgets must be > 0");

@@ -26,7 +26,8 @@ struct Trial {
 
 // The kernels' arithmetic on the host: a sample is decode()'s weighted value, 0 outside the
 // image or where invalid; leaves add their exposures in plan order, parents child 0 + child 1,
-// the root a0 + a1. Returns the trials with B > 0 of the band whose first origin is (x0, y0).
+// or, where the level below is fused, (g0 + g1) + (g2 + g3); the root a0 + a1 or (g0 + g1) +
+// (g2 + g3). Returns the trials with B > 0 of the band whose first origin is (x0, y0).
 void emulate_band(const tree::Plan& plan, const BandPlan& band, const EncodedStack& s, int x0, int y0,
                   std::vector<Trial>& out) {
   std::vector<float> buffer[2] = {std::vector<float>(band.buffer_floats[0], std::numeric_limits<float>::quiet_NaN()),
@@ -36,10 +37,17 @@ void emulate_band(const tree::Plan& plan, const BandPlan& band, const EncodedSta
     const DecodedSample d = decode(s, e, std::size_t(y) * s.width + x);
     return d.valid ? std::make_pair(d.psi, d.phi) : std::make_pair(0.0f, 0.0f);
   };
+  auto sum = [](int sources, const float* c, const std::int64_t* q) {
+    return sources == 2 ? c[q[0]] + c[q[1]] : (c[q[0]] + c[q[1]]) + (c[q[2]] + c[q[3]]);
+  };
   for (int l = plan.depth; l >= 1; --l) {
     const LevelPlan& L = band.level[l];
-    float* o = buffer[l % 2].data();
-    const float* c = buffer[(l + 1) % 2].data();
+    if (L.buffer < 0) {
+      EXPECT_TRUE(L.parents.empty() && L.leaves.empty()) << "level " << l << " is never formed";
+      continue;
+    }
+    float* o = buffer[L.buffer].data();
+    const float* c = buffer[1 - L.buffer].data();
     for (const LeafEntry& e : L.leaves)
       for (int r = 0; r < e.height; ++r)
         for (int i = 0; i < e.width; ++i) {
@@ -58,11 +66,14 @@ void emulate_band(const tree::Plan& plan, const BandPlan& band, const EncodedSta
     for (const ParentEntry& e : L.parents)
       for (int r = 0; r < e.height; ++r)
         for (int i = 0; i < e.width; ++i) {
-          const std::int64_t p0 = e.src[0] + std::int64_t(r) * e.stride[0] + kPixelFloats * i;
-          const std::int64_t p1 = e.src[1] + std::int64_t(r) * e.stride[1] + kPixelFloats * i;
+          std::int64_t q[4], q1[4];
+          for (int s = 0; s < L.sources; ++s) {
+            q[s] = e.src[s] + std::int64_t(r) * e.stride[s] + kPixelFloats * i;
+            q1[s] = q[s] + 1;
+          }
           const std::int64_t at = e.out + kPixelFloats * (std::int64_t(r) * e.width + i);
-          o[at] = c[p0] + c[p1];
-          o[at + 1] = c[p0 + 1] + c[p1 + 1];
+          o[at] = sum(L.sources, c, q);
+          o[at + 1] = sum(L.sources, c, q1);
         }
   }
   const float* maps = buffer[band.root_buffer].data();
@@ -86,11 +97,12 @@ void emulate_band(const tree::Plan& plan, const BandPlan& band, const EncodedSta
   }
 }
 
-std::vector<Trial> emulate(const tree::Plan& plan, const EncodedStack& s, int band_rows, bool fuse_root) {
+std::vector<Trial> emulate(const tree::Plan& plan, const EncodedStack& s, int band_rows, bool fuse_root,
+                           bool fuse_levels) {
   std::vector<Trial> out;
   for (int y0 = 0; y0 < s.height; y0 += band_rows) {
     const int rows = std::min(band_rows, s.height - y0);
-    const BandPlan band = make_band_plan(plan, s.width, rows, fuse_root);
+    const BandPlan band = make_band_plan(plan, s.width, rows, fuse_root, fuse_levels);
     EXPECT_EQ(band.sources, fuse_root ? 4 : 2) << "both children of these roots are parents";
     emulate_band(plan, band, s, 0, y0, out);
   }
@@ -114,9 +126,11 @@ void expect_cpu_tree_floats(const KitStack& kit, Encoding enc, const std::vector
   ASSERT_TRUE(c.note.find("exhaustive") == std::string::npos) << c.note;
   const tree::Plan plan = tree::make_plan(kit.bank, {});
   for (int rows : band_rows)
-    for (bool fuse_root : {false, true}) {
-    SCOPED_TRACE(to_string(enc) + ", bands of " + std::to_string(rows) + " rows" + (fuse_root ? ", root fused" : ""));
-    const std::vector<Trial> g = emulate(plan, stack, rows, fuse_root);
+    for (int fusion = 0; fusion < 4; ++fusion) {
+    const bool fuse_root = fusion & 1, fuse_levels = fusion & 2;
+    SCOPED_TRACE(to_string(enc) + ", bands of " + std::to_string(rows) + " rows" + (fuse_root ? ", root fused" : "") +
+                 (fuse_levels ? ", levels fused" : ""));
+    const std::vector<Trial> g = emulate(plan, stack, rows, fuse_root, fuse_levels);
     ASSERT_EQ(g.size(), c.candidates.size());
     std::size_t differing = 0;
     for (std::size_t k = 0; k < g.size(); ++k) {
@@ -175,7 +189,8 @@ TEST(CudaTreeTables, LevelsAlternateBuffersAndTheRootReadsLevelOne) {
   EXPECT_EQ(band.Va * band.Vb, int(kit.bank.size()));
   EXPECT_EQ(band.root_additions, std::int64_t(128) * 128 * 289);
   for (int l = 1; l <= plan.depth; ++l) {
-    EXPECT_LE(band.level[l].floats, band.buffer_floats[l % 2]);
+    ASSERT_EQ(band.level[l].buffer, (plan.depth - l) % 2) << "every level formed, alternating from the deepest";
+    EXPECT_LE(band.level[l].floats, band.buffer_floats[band.level[l].buffer]);
     for (const ParentEntry& e : band.level[l].parents) {
       // Every read lies inside the child level's maps.
       for (int c = 0; c < 2; ++c) {
@@ -199,7 +214,8 @@ TEST(CudaTreeTables, LevelsAlternateBuffersAndTheRootReadsLevelOne) {
   // read inside level 2's maps, and the root's additions are three per trial and channel.
   const BandPlan fused = make_band_plan(plan, 128, 128, true);
   ASSERT_EQ(fused.sources, 4);
-  EXPECT_EQ(fused.root_buffer, 0);
+  EXPECT_EQ(fused.root_buffer, fused.level[2].buffer);
+  EXPECT_EQ(fused.level[1].buffer, -1);
   EXPECT_EQ(fused.level[1].floats, 0u);
   EXPECT_TRUE(fused.level[1].parents.empty() && fused.level[1].leaves.empty());
   EXPECT_EQ(fused.root_additions, 3 * band.root_additions);
@@ -213,4 +229,49 @@ TEST(CudaTreeTables, LevelsAlternateBuffersAndTheRootReadsLevelOne) {
         EXPECT_LE(first + std::int64_t(127) * fused.stride[s] + kPixelFloats * 128,
                   std::int64_t(fused.level[2].floats));
       }
+}
+
+// Fused levels: one level in two below the root's children is never formed; each level above one
+// reads four grandchildren inside the formed level two below, the buffers still alternate, the
+// largest buffer does not grow and the additions count three per pixel of such a level.
+TEST(CudaTreeTables, FusedLevelsReadTwoLevelsDown) {
+  const KitStack kit = make_kit(workload("ci"));
+  const tree::Plan plan = tree::make_plan(kit.bank, {});
+  const BandPlan plain = make_band_plan(plan, 128, 128, true);
+  const BandPlan band = make_band_plan(plan, 128, 128, true, true);
+  ASSERT_LT(band.formed_levels, plain.formed_levels);
+  EXPECT_LE(std::max(band.buffer_floats[0], band.buffer_floats[1]),
+            std::max(plain.buffer_floats[0], plain.buffer_floats[1]));
+  std::size_t written = 0, written_plain = 0;  // the floats the levels store
+  for (int l = 1; l <= plan.depth; ++l) {
+    written += band.level[l].floats;
+    written_plain += plain.level[l].floats;
+  }
+  EXPECT_LT(written, written_plain);
+  int previous = -1;  // the buffer of the formed level below
+  for (int l = plan.depth; l >= 1; --l) {
+    const LevelPlan& L = band.level[l];
+    if (L.buffer < 0) {
+      if (l < plan.depth) {
+        EXPECT_GE(band.level[l + 1].buffer, 0) << "never two levels in a row unformed";
+      }
+      continue;
+    }
+    if (previous >= 0) {
+      EXPECT_NE(L.buffer, previous);
+    }
+    previous = L.buffer;
+    const int source_level = L.sources == 4 ? l + 2 : l + 1;
+    if (L.sources == 4) {
+      ASSERT_EQ(band.level[l + 1].buffer, -1);
+      EXPECT_EQ(L.additions, 3 * plain.level[l].additions);
+    }
+    for (const ParentEntry& e : L.parents)
+      for (int s = 0; s < L.sources; ++s) {
+        EXPECT_GE(e.src[s], 0);
+        EXPECT_EQ(e.src[s] % kPixelFloats, 0);
+        EXPECT_LE(e.src[s] + std::int64_t(e.height - 1) * e.stride[s] + kPixelFloats * std::int64_t(e.width),
+                  std::int64_t(band.level[source_level].floats));
+      }
+  }
 }

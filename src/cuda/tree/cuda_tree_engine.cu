@@ -57,8 +57,8 @@ struct BandTables {
   DeviceArray<int> root_order;
   RootTables root;
 
-  BandTables(const tree::Plan& tree_plan, int width, int rows, bool fuse_root)
-      : plan(make_band_plan(tree_plan, width, rows, fuse_root)) {
+  BandTables(const tree::Plan& tree_plan, int width, int rows, bool fuse_root, bool fuse_levels)
+      : plan(make_band_plan(tree_plan, width, rows, fuse_root, fuse_levels)) {
     level.resize(plan.level.size());
     for (std::size_t l = 1; l < plan.level.size(); ++l) {
       level[l].parents.upload(plan.level[l].parents);
@@ -118,10 +118,10 @@ struct CudaTreeEngine::State {
   DeviceArray<unsigned long long> flood_count;  // trials reached; trials above the floor so far
   std::vector<double> exact_key;  // the bank and shift mode of ix, iy, sx, sy
 
-  // fuse_root is the engine's, the same for every call.
-  BandTables& tables(int width, int rows, bool fuse_root) {
+  // fuse_root and fuse_levels are the engine's, the same for every call.
+  BandTables& tables(int width, int rows, bool fuse_root, bool fuse_levels) {
     auto& slot = bands[{width, rows}];
-    if (!slot) slot = std::make_unique<BandTables>(plan, width, rows, fuse_root);
+    if (!slot) slot = std::make_unique<BandTables>(plan, width, rows, fuse_root, fuse_levels);
     return *slot;
   }
 };
@@ -210,13 +210,15 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   // fuse_root -1 (the engine's choice) fuses: level 1 is the largest level a GPU pass writes and
   // reads back (on `deep` a third of its device-memory traffic); 0 never.
   const bool fuse_root = options_.fuse_root != 0;
-  while (options_.tile_height == 0 && rows > 8 && st.tables(r.width, rows, fuse_root).bytes(bf16) > budget)
+  const bool fuse_levels = options_.fuse_levels != 0;
+  while (options_.tile_height == 0 && rows > 8 &&
+         st.tables(r.width, rows, fuse_root, fuse_levels).bytes(bf16) > budget)
     rows = (rows + 1) / 2;
   const int band_count = (r.height + rows - 1) / rows;
   stats_.band_rows = rows;
   stats_.bands = band_count;
   {
-    BandTables& full = st.tables(r.width, rows, fuse_root);
+    BandTables& full = st.tables(r.width, rows, fuse_root, fuse_levels);
     double additions = double(full.plan.root_additions);
     for (const LevelPlan& L : full.plan.level) additions += double(L.additions);
     const double per_trial = additions * band_count / double(stats_.trials);
@@ -252,11 +254,12 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
       for (int band = 0; band < band_count; ++band) {
         if (in.policy.stop_requested()) throw Cancelled(name_ + ": search stopped on request");
         const int y0 = r.y0 + band * rows, h = std::min(rows, r.y0 + r.height - y0);
-        BandTables& T = st.tables(r.width, h, fuse_root);
+        BandTables& T = st.tables(r.width, h, fuse_root, fuse_levels);
         for (int b = 0; b < 2; ++b) st.buffer[b].resize(std::max(T.storage_floats(b, bf16), std::size_t(1)));
         const MapBuffer buffer[2] = {{st.buffer[0].get(), bf16}, {st.buffer[1].get(), bf16}};
         stats_.level_bytes = std::max(stats_.level_bytes, T.bytes(bf16));
         stats_.fused_root = T.plan.sources == 4;
+        stats_.formed_levels = T.plan.formed_levels;
         StackView band_view = view;
         if (!resident) {
           const int x_lo = std::max(0, r.x0 + T.plan.read_lo[0]), y_lo = std::max(0, y0 + T.plan.read_lo[1]);
@@ -266,10 +269,12 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
         }
         for (int l = plan.depth; l >= 1; --l) {
           const LevelPlan& L = T.plan.level[l];
+          if (L.buffer < 0) continue;  // fused into the level above
           launch_leaves(band_view, T.level[l].leaves.get(), int(L.leaves.size()), L.leaf_rows,
-                        T.level[l].samples.get(), r.x0, y0, buffer[l % 2], 0);
-          launch_parents(T.level[l].parents.get(), int(L.parents.size()), L.parent_rows, buffer[(l + 1) % 2],
-                         buffer[l % 2], 0);
+                        T.level[l].samples.get(), r.x0, y0, buffer[L.buffer], 0);
+          if (!L.parents.empty())
+            launch_parents(T.level[l].parents.get(), int(L.parents.size()), L.parent_rows, L.sources,
+                           buffer[1 - L.buffer], buffer[L.buffer], 0);
           stats_.level_additions[l] += L.additions;
         }
         stats_.level_additions[0] += T.plan.root_additions;
@@ -280,11 +285,15 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
         p.height = h;
         p.screen = tree::z_test(screen).signed_square;
         p.count_test = tree::z_test(z_thr).signed_square;
-        const std::int64_t tiles = std::int64_t((r.width + kRootTileX - 1) / kRootTileX) *
-                                   ((h + kRootTileY - 1) / kRootTileY);
+        int tile_x = 0, tile_y = 0;
+        root_tile(tile_x, tile_y);
+        const std::int64_t tiles = std::int64_t((r.width + tile_x - 1) / tile_x) * ((h + tile_y - 1) / tile_y);
         const int velocities = T.root.Va * T.root.Vb;
         const std::int64_t groups = std::clamp<std::int64_t>((16 * sms + tiles - 1) / tiles, 1, velocities);
         p.velocities_per_block = int((velocities + groups - 1) / groups);
+        // The kernel counts a thread's trials in 32 bits, and nests the count under the screen.
+        require(double(p.velocities_per_block) * tile_x * tile_y / 256.0 < 4.0e9 && p.screen <= p.count_test,
+                name_ + ": internal: root pass out of its kernel's range");
         const std::int64_t blocks = tiles * ((velocities + p.velocities_per_block - 1) / p.velocities_per_block);
         st.partials.resize(std::size_t(blocks));
         p.partials = st.partials.get();

@@ -46,8 +46,8 @@ struct RootParams {
   RootPartial* partials = nullptr;
 };
 
-// Origins one root block covers: 32 x 32 (a warp per row, 4 rows per thread).
-constexpr int kRootTileX = 32, kRootTileY = 32;
+// Origins one root block covers (width x height).
+void root_tile(int& width, int& height);
 
 // A trial to re-score exactly, and its exact sums (the reference engine's double arithmetic).
 struct Trial {
@@ -78,8 +78,9 @@ struct MapBuffer {
 
 void launch_leaves(const StackView& view, const LeafEntry* entries, int count, int max_height,
                    const LeafSample* samples, int band_x0, int band_y0, MapBuffer out, cudaStream_t stream);
-void launch_parents(const ParentEntry* entries, int count, int max_height, MapBuffer child, MapBuffer out,
-                    cudaStream_t stream);
+// sources: 2 (children) or 4 (grandchildren), LevelPlan::sources.
+void launch_parents(const ParentEntry* entries, int count, int max_height, int sources, MapBuffer child,
+                    MapBuffer out, cudaStream_t stream);
 // Returns the number of partials written (one per block).
 int launch_root(const RootTables& tables, MapBuffer sources, const RootParams& params, cudaStream_t stream);
 

@@ -6,6 +6,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/common/check.cuh"
 #include "cuda/tree/tree_gpu.cuh"
@@ -59,32 +62,55 @@ __global__ void __launch_bounds__(256) leaf_kernel(StackView view, const LeafEnt
     }
 }
 
-// Each warp forms kParentRows rows of a 32-row slab at once (rows 8 apart), so a thread keeps
-// 4 x kParentRows loads in flight and a block's start-up (reading its entry) is paid per slab.
-// (8 rows for BF16 maps measured slower on `deep`: 119 against 111 ms.)
-constexpr int kParentRows = 4;
+// A parent pixel from its sources: child 0 + child 1, or (g0 + g1) + (g2 + g3) from the four
+// grandchildren (the children's floats, added in the same order).
+template <int Sources>
+__device__ inline float2 sum_sources(const float2 (&q)[Sources]) {
+  if constexpr (Sources == 2) {
+    return make_float2(__fadd_rn(q[0].x, q[1].x), __fadd_rn(q[0].y, q[1].y));
+  } else {
+    return make_float2(__fadd_rn(__fadd_rn(q[0].x, q[1].x), __fadd_rn(q[2].x, q[3].x)),
+                       __fadd_rn(__fadd_rn(q[0].y, q[1].y), __fadd_rn(q[2].y, q[3].y)));
+  }
+}
 
-template <typename M>
+// Each warp forms Rows rows of a slab (rows 8 apart) and Cols pixels 32 apart in each, so a
+// thread keeps Sources x Rows x Cols loads in flight, the pixels of a row at fixed offsets from
+// one address, and a block's start-up (reading its entry) is paid per slab.
+template <int Sources, int Rows, int Cols, typename M>
 __global__ void __launch_bounds__(256) parent_kernel(const ParentEntry* entries, const M* __restrict__ child,
                                                      M* __restrict__ out) {
   const ParentEntry e = entries[blockIdx.x];
-  constexpr int slab = kRowsPerBlock * kParentRows;
+  constexpr int slab = kRowsPerBlock * Rows;
   for (int r0 = blockIdx.y * slab + threadIdx.y; r0 < e.height; r0 += gridDim.y * slab) {
-    for (int i = threadIdx.x; i < e.width; i += 32) {
-      float2 sum[kParentRows];
+    for (int i0 = threadIdx.x; i0 < e.width; i0 += 32 * Cols) {
+      float2 sum[Rows][Cols];
 #pragma unroll
-      for (int k = 0; k < kParentRows; ++k) {
+      for (int k = 0; k < Rows; ++k) {
         const int r = r0 + k * kRowsPerBlock;
         if (r >= e.height) break;
-        const float2 c0 = load_pair(child + e.src[0] + std::int64_t(r) * e.stride[0] + kPixelFloats * i);
-        const float2 c1 = load_pair(child + e.src[1] + std::int64_t(r) * e.stride[1] + kPixelFloats * i);
-        sum[k] = make_float2(__fadd_rn(c0.x, c1.x), __fadd_rn(c0.y, c1.y));
+        const M* row[Sources];
+#pragma unroll
+        for (int s = 0; s < Sources; ++s) row[s] = child + e.src[s] + std::int64_t(r) * e.stride[s] + kPixelFloats * i0;
+#pragma unroll
+        for (int c = 0; c < Cols; ++c) {
+          if (i0 + 32 * c >= e.width) break;
+          float2 q[Sources];
+#pragma unroll
+          for (int s = 0; s < Sources; ++s) q[s] = load_pair(row[s] + kPixelFloats * 32 * c);
+          sum[k][c] = sum_sources<Sources>(q);
+        }
       }
 #pragma unroll
-      for (int k = 0; k < kParentRows; ++k) {
+      for (int k = 0; k < Rows; ++k) {
         const int r = r0 + k * kRowsPerBlock;
         if (r >= e.height) break;
-        store_pair(out + e.out + kPixelFloats * (std::int64_t(r) * e.width + i), sum[k]);
+        M* row = out + e.out + kPixelFloats * (std::int64_t(r) * e.width + i0);
+#pragma unroll
+        for (int c = 0; c < Cols; ++c) {
+          if (i0 + 32 * c >= e.width) break;
+          store_pair(row + kPixelFloats * 32 * c, sum[k][c]);
+        }
       }
     }
   }
@@ -96,21 +122,35 @@ __device__ inline T warp_sum(T v) {
   return v;
 }
 
-constexpr int kRootRowsPerThread = kRootTileY / 8;
 constexpr int kRootChunk = 256;  // velocities whose map starts a root block stages at once
 
-// Block (32, 8): origins x0 + blockIdx.x * 32 + tx, rows y0 + blockIdx.y * 32 + ty + 8 k; trials of
-// the velocities order[blockIdx.z * vpb, +vpb). Two sources: A = a0 + a1 as cpu-tree's root forms it
-// from its children; four: A = (g0 + g1) + (g2 + g3), the children's floats formed on the fly.
-template <int Sources, typename M>
+// Block (32, 8), each thread Rows x Cols trials per velocity: origins x0 + blockIdx.x * 32 Cols +
+// tx + 32 c, rows y0 + blockIdx.y * 8 Rows + ty + 8 k; the velocities order[blockIdx.z * vpb, +vpb).
+// Two sources: A = a0 + a1 as cpu-tree's root forms it from its children; four: A = (g0 + g1) +
+// (g2 + g3), the children's floats formed on the fly. A thread's columns lie at fixed offsets
+// from one address per source and row: one 64-bit address per (source, row), not per trial.
+template <int Sources, int Rows, int Cols, typename M>
 __global__ void __launch_bounds__(256) root_kernel(RootTables t, const M* __restrict__ maps, RootParams p) {
-  const int i = blockIdx.x * kRootTileX + threadIdx.x;
-  const int r0 = blockIdx.y * kRootTileY + threadIdx.y;
+  const int i0 = blockIdx.x * 32 * Cols + threadIdx.x;
+  const int r0 = blockIdx.y * kRowsPerBlock * Rows + threadIdx.y;
   const int velocities = t.Va * t.Vb;
   const int v_first = blockIdx.z * p.velocities_per_block;
   const int v_last = min(v_first + p.velocities_per_block, velocities);
+  bool inside[Rows][Cols];
+  bool any = false;
+#pragma unroll
+  for (int k = 0; k < Rows; ++k)
+#pragma unroll
+    for (int c = 0; c < Cols; ++c) {
+      inside[k][c] = r0 + kRowsPerBlock * k < p.height && i0 + 32 * c < p.width;
+      any |= inside[k][c];
+    }
+  std::int64_t row_offset[Sources];  // this thread's first trial, relative to a map's start
+#pragma unroll
+  for (int s = 0; s < Sources; ++s) row_offset[s] = std::int64_t(r0) * t.stride[s] + kPixelFloats * i0;
   double sum_a = 0, sum_b = 0;
-  unsigned long long scored = 0, counted = 0;
+  // At most velocities_per_block x Rows x Cols trials per thread (the host keeps it below 2^32).
+  unsigned scored = 0, counted = 0;
   // The sources' map starts of a chunk of velocities, staged once per block: the loop below
   // then waits on the maps alone, not on a table read before each velocity.
   __shared__ std::int64_t start[Sources][kRootChunk];
@@ -127,55 +167,54 @@ __global__ void __launch_bounds__(256) root_kernel(RootTables t, const M* __rest
       for (int s = 0; s < Sources; ++s) start[s][thread] = t.x_part[s * t.Va + a] + t.y_part[s * t.Vb + b];
     }
     __syncthreads();
-    if (i >= p.width) continue;
+    if (!any) continue;
     for (int j = 0; j < chunk; ++j) {
-      const int v = velocity[j];
-      // Each source's row-0 pixel, read from shared memory once per velocity (not per row).
-      const M* src[Sources];
+      float As[Rows][Cols], Bs[Rows][Cols];
 #pragma unroll
-      for (int s = 0; s < Sources; ++s) src[s] = maps + start[s][j] + kPixelFloats * i;
-      float As[kRootRowsPerThread], Bs[kRootRowsPerThread];
-#pragma unroll
-      for (int k = 0; k < kRootRowsPerThread; ++k) {  // every row's loads first, then the tests
-        const int r = r0 + 8 * k;
-        As[k] = 0.0f, Bs[k] = 0.0f;
-        if (r >= p.height) continue;
-        float2 q[Sources];
+      for (int k = 0; k < Rows; ++k) {  // every trial's loads first, then the tests
+        const M* src[Sources];
 #pragma unroll
         for (int s = 0; s < Sources; ++s)
-          q[s] = load_pair(src[s] + std::int64_t(r) * t.stride[s]);
-        if constexpr (Sources == 2) {
-          As[k] = __fadd_rn(q[0].x, q[1].x);
-          Bs[k] = __fadd_rn(q[0].y, q[1].y);
-        } else {
-          As[k] = __fadd_rn(__fadd_rn(q[0].x, q[1].x), __fadd_rn(q[2].x, q[3].x));
-          Bs[k] = __fadd_rn(__fadd_rn(q[0].y, q[1].y), __fadd_rn(q[2].y, q[3].y));
+          src[s] = maps + start[s][j] + row_offset[s] + std::int64_t(kRowsPerBlock * k) * t.stride[s];
+#pragma unroll
+        for (int c = 0; c < Cols; ++c) {
+          As[k][c] = 0.0f, Bs[k][c] = 0.0f;
+          if (!inside[k][c]) continue;
+          float2 q[Sources];
+#pragma unroll
+          for (int s = 0; s < Sources; ++s) q[s] = load_pair(src[s] + kPixelFloats * 32 * c);
+          const float2 sum = sum_sources<Sources>(q);
+          As[k][c] = sum.x;
+          Bs[k][c] = sum.y;
         }
       }
 #pragma unroll
-      for (int k = 0; k < kRootRowsPerThread; ++k) {
-        const int r = r0 + 8 * k;
-        const float A = As[k], B = Bs[k];
-        if (r >= p.height || !(B > 0.0f)) continue;
-        sum_a += A;
-        sum_b += B;
-        ++scored;
-        // Z > z as A |A| > z |z| B, no square root (cpu-tree's test, the same float products).
-        const float q = __fmul_rn(A, fabsf(A));
-        counted += q > __fmul_rn(p.count_test, B);
-        if (q > __fmul_rn(p.screen, B)) {
-          const unsigned long long slot = atomicAdd(p.hit_count, 1ull);
-          if (slot < p.capacity) p.hits[slot] = Hit{p.x0 + i, p.y0 + r, v, A, B};
+      for (int k = 0; k < Rows; ++k)
+#pragma unroll
+        for (int c = 0; c < Cols; ++c) {
+          const float A = As[k][c], B = Bs[k][c];
+          if (!inside[k][c] || !(B > 0.0f)) continue;
+          sum_a += A;
+          sum_b += B;
+          ++scored;
+          // Z > z as A |A| > z |z| B, no square root (cpu-tree's test, the same float products).
+          // The screen is at most z_thr (the host checks), so a trial past z_thr is past it.
+          const float q = __fmul_rn(A, fabsf(A));
+          if (q > __fmul_rn(p.screen, B)) {
+            counted += q > __fmul_rn(p.count_test, B);
+            const unsigned long long slot = atomicAdd(p.hit_count, 1ull);
+            if (slot < p.capacity)
+              p.hits[slot] = Hit{p.x0 + i0 + 32 * c, p.y0 + r0 + kRowsPerBlock * k, velocity[j], A, B};
+          }
         }
-      }
     }
   }
   sum_a = warp_sum(sum_a);
   sum_b = warp_sum(sum_b);
-  scored = warp_sum(scored);
-  counted = warp_sum(counted);
+  const unsigned long long scored_all = warp_sum<unsigned long long>(scored);
+  const unsigned long long counted_all = warp_sum<unsigned long long>(counted);
   __shared__ RootPartial warp_partial[8];
-  if (threadIdx.x == 0) warp_partial[threadIdx.y] = RootPartial{sum_a, sum_b, scored, counted};
+  if (threadIdx.x == 0) warp_partial[threadIdx.y] = RootPartial{sum_a, sum_b, scored_all, counted_all};
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0) {
     RootPartial total{0, 0, 0, 0};
@@ -383,36 +422,95 @@ void launch_leaves(const StackView& view, const LeafEntry* entries, int count, i
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 
-void launch_parents(const ParentEntry* entries, int count, int max_height, MapBuffer child, MapBuffer out,
-                    cudaStream_t stream) {
+namespace {
+
+// Kernel shapes (rows x columns of pixels per thread). SHIFTSTACK_TREE_SHAPES="parent=RxC,root=RxC"
+// picks others among those instantiated, for measuring them.
+struct Shape {
+  int rows, cols;
+};
+Shape shape_from_environment(const char* key, Shape fallback) {
+  const char* env = std::getenv("SHIFTSTACK_TREE_SHAPES");
+  if (!env) return fallback;
+  const std::string text(env), tag = std::string(key) + "=";
+  const std::size_t at = text.find(tag);
+  if (at == std::string::npos) return fallback;
+  Shape s{};
+  if (std::sscanf(text.c_str() + at + tag.size(), "%dx%d", &s.rows, &s.cols) != 2) return fallback;
+  return s;
+}
+Shape parent_shape() { return shape_from_environment("parent", {2, 2}); }
+Shape root_shape() { return shape_from_environment("root", {1, 2}); }
+
+// Calls f.template operator()<Rows, Cols>() for the instantiated shape equal to `s`.
+template <typename F>
+void dispatch_shape(Shape s, F&& f) {
+  if (s.rows == 1 && s.cols == 4) return f.template operator()<1, 4>();
+  if (s.rows == 2 && s.cols == 2) return f.template operator()<2, 2>();
+  if (s.rows == 1 && s.cols == 1) return f.template operator()<1, 1>();
+  if (s.rows == 2 && s.cols == 1) return f.template operator()<2, 1>();
+  if (s.rows == 4 && s.cols == 2) return f.template operator()<4, 2>();
+  if (s.rows == 1 && s.cols == 2) return f.template operator()<1, 2>();
+  return f.template operator()<4, 1>();
+}
+
+}  // namespace
+
+void root_tile(int& width, int& height) {
+  const Shape s = root_shape();
+  width = 32 * s.cols;
+  height = kRowsPerBlock * s.rows;
+}
+
+namespace {
+template <int Sources, typename M>
+void launch_parents_as(const ParentEntry* entries, int count, int max_height, const M* child, M* out,
+                       cudaStream_t stream) {
+  dispatch_shape(parent_shape(), [&]<int Rows, int Cols>() {
+    const int slabs = std::min(65535, std::max(1, (max_height + kRowsPerBlock * Rows - 1) / (kRowsPerBlock * Rows)));
+    parent_kernel<Sources, Rows, Cols><<<dim3(count, slabs), dim3(32, kRowsPerBlock), 0, stream>>>(entries, child, out);
+  });
+}
+}  // namespace
+
+void launch_parents(const ParentEntry* entries, int count, int max_height, int sources, MapBuffer child,
+                    MapBuffer out, cudaStream_t stream) {
   if (count == 0) return;
-  const int slabs = std::min(65535, std::max(1, (max_height + kRowsPerBlock * kParentRows - 1) /
-                                                   (kRowsPerBlock * kParentRows)));
-  const dim3 grid(count, slabs), block(32, kRowsPerBlock);
+  auto run = [&]<typename M>() {
+    const M* c = static_cast<const M*>(child.data);
+    M* o = static_cast<M*>(out.data);
+    if (sources == 4)
+      launch_parents_as<4>(entries, count, max_height, c, o, stream);
+    else
+      launch_parents_as<2>(entries, count, max_height, c, o, stream);
+  };
   if (out.bf16)
-    parent_kernel<<<grid, block, 0, stream>>>(entries, static_cast<const __nv_bfloat16*>(child.data),
-                                              static_cast<__nv_bfloat16*>(out.data));
+    run.template operator()<__nv_bfloat16>();
   else
-    parent_kernel<<<grid, block, 0, stream>>>(entries, static_cast<const float*>(child.data),
-                                              static_cast<float*>(out.data));
+    run.template operator()<float>();
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 
 int launch_root(const RootTables& tables, MapBuffer sources, const RootParams& params, cudaStream_t stream) {
   const int velocities = tables.Va * tables.Vb;
-  const dim3 grid((params.width + kRootTileX - 1) / kRootTileX, (params.height + kRootTileY - 1) / kRootTileY,
+  int tile_x = 0, tile_y = 0;
+  root_tile(tile_x, tile_y);
+  const dim3 grid((params.width + tile_x - 1) / tile_x, (params.height + tile_y - 1) / tile_y,
                   (velocities + params.velocities_per_block - 1) / params.velocities_per_block);
-  auto run = [&]<int Sources>() {
-    if (sources.bf16)
-      root_kernel<Sources><<<grid, dim3(32, 8), 0, stream>>>(tables, static_cast<const __nv_bfloat16*>(sources.data),
-                                                             params);
+  dispatch_shape(root_shape(), [&]<int Rows, int Cols>() {
+    auto run = [&]<int Sources>() {
+      if (sources.bf16)
+        root_kernel<Sources, Rows, Cols><<<grid, dim3(32, kRowsPerBlock), 0, stream>>>(
+            tables, static_cast<const __nv_bfloat16*>(sources.data), params);
+      else
+        root_kernel<Sources, Rows, Cols><<<grid, dim3(32, kRowsPerBlock), 0, stream>>>(
+            tables, static_cast<const float*>(sources.data), params);
+    };
+    if (tables.sources == 4)
+      run.template operator()<4>();
     else
-      root_kernel<Sources><<<grid, dim3(32, 8), 0, stream>>>(tables, static_cast<const float*>(sources.data), params);
-  };
-  if (tables.sources == 4)
-    run.template operator()<4>();
-  else
-    run.template operator()<2>();
+      run.template operator()<2>();
+  });
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   return int(grid.x * grid.y * grid.z);
 }

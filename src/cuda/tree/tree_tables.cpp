@@ -6,7 +6,7 @@
 
 namespace shiftstack::cuda::tree_gpu {
 
-BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_root) {
+BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_root, bool fuse_levels) {
   // cpu-tree's geometry over the whole band: each node's used velocities, map starts and lengths,
   // and for parents the rank and offset of the child map each velocity reads.
   const tree::Geometry geo = tree::make_geometry(plan, width, rows);
@@ -25,12 +25,15 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_r
     L.floats += kPixelFloats * gx.used.size() * gy.used.size() * std::size_t(gx.length) * std::size_t(gy.length);
   }
   bool reads = false;
+  // entry[n][rank_y * used_x + rank_x]: node n's ParentEntry of that velocity in its level's list.
+  std::vector<std::vector<int>> entry(N);
   for (std::size_t n = 1; n < N; ++n) {
     const tree::Node& node = plan.nodes[n];
     LevelPlan& L = band.level[node.level];
     const tree::AxisGeometry &gx = geo.node[n][0], &gy = geo.node[n][1];
     const int W = gx.length, H = gy.length;
     const std::int64_t plane = std::int64_t(W) * H, nux = std::int64_t(gx.used.size());
+    if (!node.leaf()) entry[n].assign(gx.used.size() * gy.used.size(), -1);
     for (int jy : gy.used)
       for (int jx : gx.used) {
         // Maps in cpu-tree's order: velocity-y rank major, then x rank; A plane, then B.
@@ -68,6 +71,7 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_r
                       kPixelFloats * (std::int64_t(gy.child_offset[ci][jy]) * cx.length + gx.child_offset[ci][jx]);
           e.stride[ci] = kPixelFloats * cx.length;
         }
+        entry[n][std::size_t(gy.rank[jy] * nux + gx.rank[jx])] = int(L.parents.size());
         L.parents.push_back(e);
         L.parent_rows = std::max(L.parent_rows, H);
         L.additions += plane;
@@ -75,14 +79,76 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_r
   }
   const tree::Node& top = plan.nodes[0];
   const bool fused = fuse_root && !plan.nodes[top.child[0]].leaf() && !plan.nodes[top.child[1]].leaf();
-  if (fused) {
-    // Level 1 is the root's two children alone; the root forms their sums itself.
-    band.level[1] = LevelPlan{};
-    band.sources = 4;
-    band.root_buffer = 0;
+  // Which levels are formed: a level of parents only may be skipped, the level above then
+  // reading two levels down; never two levels in a row, so every read is of a formed level.
+  std::vector<char> formed(std::size_t(plan.depth) + 1, 1);
+  formed[0] = 0;  // the root is streamed
+  if (fused) formed[1] = 0;
+  if (fuse_levels) {
+    std::vector<char> parents_only(formed.size(), 1), has_parents(formed.size(), 0);
+    for (std::size_t n = 1; n < N; ++n) {
+      const int l = plan.nodes[n].level;
+      if (plan.nodes[n].leaf())
+        parents_only[l] = 0;
+      else
+        has_parents[l] = 1;
+    }
+    for (int l = fused ? 2 : 1; l + 1 <= plan.depth;) {
+      if (has_parents[l] && parents_only[l + 1]) {
+        formed[l + 1] = 0;
+        l += 2;
+      } else {
+        l += 1;
+      }
+    }
   }
-  for (int l = 1; l <= plan.depth; ++l)
-    band.buffer_floats[l % 2] = std::max(band.buffer_floats[l % 2], band.level[l].floats);
+  // A parent whose children are not formed reads where each child velocity would read its own
+  // children, moved by the parent's offset into the child's map.
+  for (std::size_t n = 1; n < N; ++n) {
+    const tree::Node& node = plan.nodes[n];
+    if (node.leaf() || formed[node.level + 1]) continue;
+    std::vector<ParentEntry>& list = band.level[node.level].parents;
+    const std::vector<ParentEntry>& below = band.level[node.level + 1].parents;
+    const tree::AxisGeometry &gx = geo.node[n][0], &gy = geo.node[n][1];
+    const std::size_t nux = gx.used.size();
+    for (int jy : gy.used)
+      for (int jx : gx.used) {
+        ParentEntry& e = list[std::size_t(entry[n][std::size_t(gy.rank[jy]) * nux + gx.rank[jx]])];
+        ParentEntry composed = e;
+        for (int ci = 0; ci < 2; ++ci) {
+          const int child = node.child[ci];
+          const std::size_t cux = geo.node[child][0].used.size();
+          const ParentEntry& c =
+              below[std::size_t(entry[std::size_t(child)][std::size_t(gy.child_rank[ci][jy]) * cux + gx.child_rank[ci][jx]])];
+          for (int k = 0; k < 2; ++k) {
+            composed.src[2 * ci + k] = c.src[k] + std::int64_t(gy.child_offset[ci][jy]) * c.stride[k] +
+                                       kPixelFloats * std::int64_t(gx.child_offset[ci][jx]);
+            composed.stride[2 * ci + k] = c.stride[k];
+          }
+        }
+        e = composed;
+      }
+  }
+  for (int l = 1; l <= plan.depth; ++l) {
+    LevelPlan& L = band.level[l];
+    if (!formed[l]) {
+      L = LevelPlan{};
+      L.buffer = -1;
+    } else if (l < plan.depth && !formed[l + 1]) {
+      L.sources = 4;
+      L.additions *= 3;  // (g0 + g1) + (g2 + g3) per pixel and channel
+    }
+  }
+  // The formed levels alternate between the two buffers, from the deepest up.
+  for (int l = plan.depth, b = 0; l >= 1; --l) {
+    if (!formed[l]) continue;
+    band.level[l].buffer = b;
+    band.buffer_floats[b] = std::max(band.buffer_floats[b], band.level[l].floats);
+    ++band.formed_levels;
+    b ^= 1;
+  }
+  if (fused) band.sources = 4;
+  band.root_buffer = band.level[fused ? 2 : 1].buffer;
 
   band.Va = top.axis[0].size();
   band.Vb = top.axis[1].size();
@@ -138,7 +204,8 @@ double BandPlan::traffic_bytes() const {
   double bytes = 8.0 * sources * double(root_additions) / double(sources - 1);
   for (std::size_t l = 1; l < level.size(); ++l) {
     const LevelPlan& L = level[l];
-    for (const ParentEntry& e : L.parents) bytes += 24.0 * double(e.width) * e.height;  // 4 read, 2 written
+    for (const ParentEntry& e : L.parents)  // 2 floats read per source, 2 written
+      bytes += (8.0 * L.sources + 8.0) * double(e.width) * e.height;
     for (const LeafEntry& e : L.leaves) bytes += (8.0 * e.count + 8.0) * double(e.width) * e.height;
   }
   return bytes;

@@ -18,12 +18,14 @@ namespace shiftstack::cuda::tree_gpu {
 constexpr int kPixelFloats = 2;
 constexpr int kRootOrderTile[2] = {8, 4};
 
-// One node velocity of a parent node: per map pixel, A = child0 + child1 and B likewise.
+// One node velocity of a parent node: per map pixel, A = child0 + child1 and B likewise; or,
+// where the level below is fused (LevelPlan::sources 4), A = (g0 + g1) + (g2 + g3) from the four
+// grandchildren, the floats the children would hold, added in the same order.
 struct ParentEntry {
   std::int64_t out;     // this entry's map in the level buffer
-  std::int64_t src[2];  // first pixel read from each child's map (child level buffer)
+  std::int64_t src[4];  // first pixel read from each source's map (the source level's buffer)
   int width, height;    // in pixels
-  int stride[2];        // each child's row length, in floats
+  int stride[4];        // each source's row length, in floats
 };
 
 // One node velocity of a leaf: the sum of its exposures, each at its own shift, in plan order.
@@ -38,6 +40,10 @@ struct LeafSample {
 };
 
 struct LevelPlan {
+  // Where the level's maps live: buffer 0 or 1, or -1 for a level never formed (fused into the
+  // one above it, or the root's children with the root fused).
+  int buffer = 0;
+  int sources = 2;  // its parents read 2 children (the level below) or 4 grandchildren (two below)
   std::vector<ParentEntry> parents;
   std::vector<LeafEntry> leaves;
   std::vector<LeafSample> samples;
@@ -47,17 +53,19 @@ struct LevelPlan {
 };
 
 // The plan over a band of `rows` origin rows and `width` origins: every node's maps at a fixed
-// place in its level's buffer (levels alternate between two buffers: level l in buffer l % 2,
-// formed from level l + 1 in the other), and the root's reads: trial (i, r, a, b) sums source s's
+// place in its level's buffer (the levels formed alternate between two buffers, each formed from
+// the one below it in the other), and the root's reads: trial (i, r, a, b) sums source s's
 // pixel at x_part[s * Va + a] + y_part[s * Vb + b] + r * stride[s] + kPixelFloats * i (A; B next).
 // The sources are the root's two children (level 1), or, with the root fused, its four
 // grandchildren (level 2: A = (g0 + g1) + (g2 + g3), the floats level 1 would hold, added in the
-// same order), and level 1 is never formed.
+// same order), and level 1 is never formed. With fused levels, a level whose nodes are all
+// parents is likewise never formed: the level above reads its children's children.
 struct BandPlan {
   int width = 0, rows = 0;
   std::vector<LevelPlan> level;  // [0 .. depth]; level 0 (the root) keeps no maps
   int sources = 2;               // 2: children, 4: grandchildren (fused root)
   int root_buffer = 1;           // the buffer the root reads: that of its sources' level
+  int formed_levels = 0;         // levels with maps (below the root)
   std::vector<std::int64_t> x_part, y_part;
   // The root visits velocities in tiles of kRootOrderTile[0] x [1] (vx, vy) values: neighbouring
   // velocities read the same child maps, so a block finds them still in its L1 cache.
@@ -76,6 +84,10 @@ struct BandPlan {
 };
 
 // fuse_root: form the root from its grandchildren when both its children are parents.
-BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_root = false);
+// fuse_levels: below that, form each level from two levels down wherever the level between holds
+// parents only (from the top: the largest levels first), so that one level in two is never
+// stored; the maps' floats are the same.
+BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_root = false,
+                        bool fuse_levels = false);
 
 }  // namespace shiftstack::cuda::tree_gpu
