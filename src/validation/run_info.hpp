@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -43,9 +44,11 @@ inline std::string machine_name(bool gpu) {
   return "cpu: " + cpu_model() + " (" + std::to_string(omp_get_num_procs()) + " cores)";
 }
 
-// The source tree's commit (-dirty when it has uncommitted changes) as it is when this runs,
-// else the one given at build time (-DSHIFTSTACK_COMMIT=...), else "unknown".
+// The revision named by the environment (SHIFTSTACK_COMMIT, for binaries run away from their
+// source tree), else the source tree's commit (-dirty when it has uncommitted changes) as it is
+// when this runs, else the one given at build time (-DSHIFTSTACK_COMMIT=...), else "unknown".
 inline std::string commit_id() {
+  if (const char* named = std::getenv("SHIFTSTACK_COMMIT"); named && *named) return named;
 #ifdef SHIFTSTACK_SOURCE_DIR
   const std::string command =
       "git -C '" SHIFTSTACK_SOURCE_DIR "' describe --always --dirty --abbrev=12 2>/dev/null";

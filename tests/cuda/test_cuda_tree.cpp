@@ -68,22 +68,28 @@ SearchResult run(Engine& engine, const EncodedStack& stack, const MotionBank& ba
 
 // Every trial of `ci` (screen at minus infinity lists them all): cuda-tree-screen's A and B are
 // cpu-tree-screen's floats, for every encoding, with the root fused (the default: level 1 never
-// formed) and not.
+// formed) and not, and with fused levels (the default: one level in two below never formed) and
+// not.
 TEST(CudaTree, EveryTrialIsCpuTreesFloats) {
   REQUIRE_DEVICE();
   const KitStack kit = make_kit(workload("ci"));
   for (Encoding enc : all_encodings())
-    for (int fuse : {-1, 0}) {
-      const std::string what = "ci " + to_string(enc) + (fuse ? " root fused" : " root from level 1");
+    for (int fusion = 0; fusion < 4; ++fusion) {
+      const int fuse = fusion & 1 ? 0 : -1, fuse_levels = fusion & 2 ? 0 : -1;
+      const std::string what = "ci " + to_string(enc) + (fuse ? " root fused" : " root from level 1") +
+                               (fuse_levels ? ", levels fused" : ", every level formed");
       const EncodedStack stack = encode_kit(kit, enc);
       TreeOptions o;
       o.refine = false;
       o.fuse_root = fuse;
+      o.fuse_levels = fuse_levels;
       cuda::CudaTreeEngine gpu(o, "cuda-tree-screen");
       auto cpu = make_engine("cpu-tree-screen");
       const double all = -std::numeric_limits<double>::infinity();
       const SearchResult g = run(gpu, stack, kit.bank, all), c = run(*cpu, stack, kit.bank, all);
       EXPECT_EQ(gpu.last_stats().fused_root, fuse != 0) << what;
+      const int unformed = gpu.last_stats().depth - gpu.last_stats().formed_levels;
+      EXPECT_EQ(unformed, (fuse != 0) + (fuse_levels != 0)) << what << ": ci's plan fuses one level below the root";
       ASSERT_GT(g.candidates.size(), std::size_t(128 * 128 * 200)) << "most trials are scored";
       expect_same_candidates(g, c, what);
       expect_same_digest_sums(g.digest, c.digest, what);

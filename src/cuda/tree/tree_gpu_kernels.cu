@@ -6,9 +6,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
 
 #include "cuda/common/check.cuh"
 #include "cuda/tree/tree_gpu.cuh"
@@ -422,54 +419,24 @@ void launch_leaves(const StackView& view, const LeafEntry* entries, int count, i
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 
-namespace {
-
-// Kernel shapes (rows x columns of pixels per thread). SHIFTSTACK_TREE_SHAPES="parent=RxC,root=RxC"
-// picks others among those instantiated, for measuring them.
-struct Shape {
-  int rows, cols;
-};
-Shape shape_from_environment(const char* key, Shape fallback) {
-  const char* env = std::getenv("SHIFTSTACK_TREE_SHAPES");
-  if (!env) return fallback;
-  const std::string text(env), tag = std::string(key) + "=";
-  const std::size_t at = text.find(tag);
-  if (at == std::string::npos) return fallback;
-  Shape s{};
-  if (std::sscanf(text.c_str() + at + tag.size(), "%dx%d", &s.rows, &s.cols) != 2) return fallback;
-  return s;
-}
-Shape parent_shape() { return shape_from_environment("parent", {2, 2}); }
-Shape root_shape() { return shape_from_environment("root", {1, 2}); }
-
-// Calls f.template operator()<Rows, Cols>() for the instantiated shape equal to `s`.
-template <typename F>
-void dispatch_shape(Shape s, F&& f) {
-  if (s.rows == 1 && s.cols == 4) return f.template operator()<1, 4>();
-  if (s.rows == 2 && s.cols == 2) return f.template operator()<2, 2>();
-  if (s.rows == 1 && s.cols == 1) return f.template operator()<1, 1>();
-  if (s.rows == 2 && s.cols == 1) return f.template operator()<2, 1>();
-  if (s.rows == 4 && s.cols == 2) return f.template operator()<4, 2>();
-  if (s.rows == 1 && s.cols == 2) return f.template operator()<1, 2>();
-  return f.template operator()<4, 1>();
-}
-
-}  // namespace
+// Pixels per thread, rows x columns, measured on the H200 (docs/tree-search.md, "Kernel
+// shapes"): parents 2 x 2, the root 1 x 2 (an origin tile of 64 x 8).
+constexpr int kParentRows = 2, kParentCols = 2;
+constexpr int kRootRows = 1, kRootCols = 2;
 
 void root_tile(int& width, int& height) {
-  const Shape s = root_shape();
-  width = 32 * s.cols;
-  height = kRowsPerBlock * s.rows;
+  width = 32 * kRootCols;
+  height = kRowsPerBlock * kRootRows;
 }
 
 namespace {
 template <int Sources, typename M>
 void launch_parents_as(const ParentEntry* entries, int count, int max_height, const M* child, M* out,
                        cudaStream_t stream) {
-  dispatch_shape(parent_shape(), [&]<int Rows, int Cols>() {
-    const int slabs = std::min(65535, std::max(1, (max_height + kRowsPerBlock * Rows - 1) / (kRowsPerBlock * Rows)));
-    parent_kernel<Sources, Rows, Cols><<<dim3(count, slabs), dim3(32, kRowsPerBlock), 0, stream>>>(entries, child, out);
-  });
+  constexpr int slab = kRowsPerBlock * kParentRows;
+  const int slabs = std::min(65535, std::max(1, (max_height + slab - 1) / slab));
+  parent_kernel<Sources, kParentRows, kParentCols>
+      <<<dim3(count, slabs), dim3(32, kRowsPerBlock), 0, stream>>>(entries, child, out);
 }
 }  // namespace
 
@@ -497,20 +464,18 @@ int launch_root(const RootTables& tables, MapBuffer sources, const RootParams& p
   root_tile(tile_x, tile_y);
   const dim3 grid((params.width + tile_x - 1) / tile_x, (params.height + tile_y - 1) / tile_y,
                   (velocities + params.velocities_per_block - 1) / params.velocities_per_block);
-  dispatch_shape(root_shape(), [&]<int Rows, int Cols>() {
-    auto run = [&]<int Sources>() {
-      if (sources.bf16)
-        root_kernel<Sources, Rows, Cols><<<grid, dim3(32, kRowsPerBlock), 0, stream>>>(
-            tables, static_cast<const __nv_bfloat16*>(sources.data), params);
-      else
-        root_kernel<Sources, Rows, Cols><<<grid, dim3(32, kRowsPerBlock), 0, stream>>>(
-            tables, static_cast<const float*>(sources.data), params);
-    };
-    if (tables.sources == 4)
-      run.template operator()<4>();
+  auto run = [&]<int Sources>() {
+    if (sources.bf16)
+      root_kernel<Sources, kRootRows, kRootCols><<<grid, dim3(32, kRowsPerBlock), 0, stream>>>(
+          tables, static_cast<const __nv_bfloat16*>(sources.data), params);
     else
-      run.template operator()<2>();
-  });
+      root_kernel<Sources, kRootRows, kRootCols><<<grid, dim3(32, kRowsPerBlock), 0, stream>>>(
+          tables, static_cast<const float*>(sources.data), params);
+  };
+  if (tables.sources == 4)
+    run.template operator()<4>();
+  else
+    run.template operator()<2>();
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   return int(grid.x * grid.y * grid.z);
 }
