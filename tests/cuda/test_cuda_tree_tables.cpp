@@ -102,7 +102,8 @@ std::vector<Trial> emulate(const tree::Plan& plan, const EncodedStack& s, int ba
   std::vector<Trial> out;
   for (int y0 = 0; y0 < s.height; y0 += band_rows) {
     const int rows = std::min(band_rows, s.height - y0);
-    const BandPlan band = make_band_plan(plan, s.width, rows, fuse_root, fuse_levels);
+    const BandPlan band =
+        make_band_plan(plan, s.width, rows, fuse_root, fuse_levels ? LevelFusion::everywhere : LevelFusion::none);
     EXPECT_EQ(band.sources, fuse_root ? 4 : 2) << "both children of these roots are parents";
     emulate_band(plan, band, s, 0, y0, out);
   }
@@ -238,7 +239,7 @@ TEST(CudaTreeTables, FusedLevelsReadTwoLevelsDown) {
   const KitStack kit = make_kit(workload("ci"));
   const tree::Plan plan = tree::make_plan(kit.bank, {});
   const BandPlan plain = make_band_plan(plan, 128, 128, true);
-  const BandPlan band = make_band_plan(plan, 128, 128, true, true);
+  const BandPlan band = make_band_plan(plan, 128, 128, true, LevelFusion::everywhere);
   ASSERT_LT(band.formed_levels, plain.formed_levels);
   EXPECT_LE(std::max(band.buffer_floats[0], band.buffer_floats[1]),
             std::max(plain.buffer_floats[0], plain.buffer_floats[1]));
@@ -273,5 +274,34 @@ TEST(CudaTreeTables, FusedLevelsReadTwoLevelsDown) {
         EXPECT_LE(e.src[s] + std::int64_t(e.height - 1) * e.stride[s] + kPixelFloats * std::int64_t(e.width),
                   std::int64_t(band.level[source_level].floats));
       }
+  }
+}
+
+// The engine's choice skips a level only where it holds at least half the floats of the level
+// above: on ci it skips what `everywhere` skips; on the nights cadence level 3 is a quarter of
+// level 2 and stays formed (level 4, larger than level 3, is skipped instead).
+TEST(CudaTreeTables, WorthwhileFusionSkipsOnlyLargeLevels) {
+  for (const char* name : {"ci", "nights"}) {
+    SCOPED_TRACE(name);
+    KitOptions o = workload(name);
+    o.width = 64, o.height = 64, o.inject = false;  // the plan depends on the bank alone
+    const tree::Plan plan = tree::make_plan(make_kit(o).bank, {});
+    const BandPlan every = make_band_plan(plan, 256, 256, true, LevelFusion::everywhere);
+    const BandPlan worth = make_band_plan(plan, 256, 256, true, LevelFusion::worthwhile);
+    const BandPlan none = make_band_plan(plan, 256, 256, true, LevelFusion::none);
+    ASSERT_LT(every.formed_levels, none.formed_levels);
+    ASSERT_LT(worth.formed_levels, none.formed_levels);
+    for (int l = 2; l < plan.depth; ++l)
+      if (worth.level[l + 1].buffer < 0) {
+        EXPECT_GE(double(none.level[l + 1].floats), kFusionMinRatio * double(none.level[l].floats)) << "level " << l + 1;
+      }
+    if (std::string(name) == "ci") {
+      for (int l = 1; l <= plan.depth; ++l) EXPECT_EQ(worth.level[l].buffer < 0, every.level[l].buffer < 0) << l;
+    } else {
+      EXPECT_LT(double(none.level[3].floats), kFusionMinRatio * double(none.level[2].floats));
+      EXPECT_LT(every.level[3].buffer, 0);
+      EXPECT_GE(worth.level[3].buffer, 0);
+      EXPECT_LT(worth.level[4].buffer, 0);
+    }
   }
 }

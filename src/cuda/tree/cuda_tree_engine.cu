@@ -57,8 +57,8 @@ struct BandTables {
   DeviceArray<int> root_order;
   RootTables root;
 
-  BandTables(const tree::Plan& tree_plan, int width, int rows, bool fuse_root, bool fuse_levels)
-      : plan(make_band_plan(tree_plan, width, rows, fuse_root, fuse_levels)) {
+  BandTables(const tree::Plan& tree_plan, int width, int rows, bool fuse_root, LevelFusion fusion)
+      : plan(make_band_plan(tree_plan, width, rows, fuse_root, fusion)) {
     level.resize(plan.level.size());
     for (std::size_t l = 1; l < plan.level.size(); ++l) {
       level[l].parents.upload(plan.level[l].parents);
@@ -118,10 +118,10 @@ struct CudaTreeEngine::State {
   DeviceArray<unsigned long long> flood_count;  // trials reached; trials above the floor so far
   std::vector<double> exact_key;  // the bank and shift mode of ix, iy, sx, sy
 
-  // fuse_root and fuse_levels are the engine's, the same for every call.
-  BandTables& tables(int width, int rows, bool fuse_root, bool fuse_levels) {
+  // fuse_root and fusion are the engine's, the same for every call.
+  BandTables& tables(int width, int rows, bool fuse_root, LevelFusion fusion) {
     auto& slot = bands[{width, rows}];
-    if (!slot) slot = std::make_unique<BandTables>(plan, width, rows, fuse_root, fuse_levels);
+    if (!slot) slot = std::make_unique<BandTables>(plan, width, rows, fuse_root, fusion);
     return *slot;
   }
 };
@@ -210,17 +210,19 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   // fuse_root -1 (the engine's choice) fuses: level 1 is the largest level a GPU pass writes and
   // reads back (on `deep` a third of its device-memory traffic); 0 never.
   const bool fuse_root = options_.fuse_root != 0;
-  // fuse_levels -1 fuses too: a level never stored is neither written nor read back (deep: 83
-  // against 103 ms with BF16 maps, docs/tree-search.md).
-  const bool fuse_levels = options_.fuse_levels != 0;
+  // fuse_levels -1 skips the levels worth skipping (LevelFusion::worthwhile; deep: 83 against
+  // 103 ms with BF16 maps, docs/tree-search.md), 1 every level it can, 0 none.
+  const LevelFusion fusion = options_.fuse_levels == 0  ? LevelFusion::none
+                             : options_.fuse_levels > 0 ? LevelFusion::everywhere
+                                                        : LevelFusion::worthwhile;
   while (options_.tile_height == 0 && rows > 8 &&
-         st.tables(r.width, rows, fuse_root, fuse_levels).bytes(bf16) > budget)
+         st.tables(r.width, rows, fuse_root, fusion).bytes(bf16) > budget)
     rows = (rows + 1) / 2;
   const int band_count = (r.height + rows - 1) / rows;
   stats_.band_rows = rows;
   stats_.bands = band_count;
   {
-    BandTables& full = st.tables(r.width, rows, fuse_root, fuse_levels);
+    BandTables& full = st.tables(r.width, rows, fuse_root, fusion);
     double additions = double(full.plan.root_additions);
     for (const LevelPlan& L : full.plan.level) additions += double(L.additions);
     const double per_trial = additions * band_count / double(stats_.trials);
@@ -256,7 +258,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
       for (int band = 0; band < band_count; ++band) {
         if (in.policy.stop_requested()) throw Cancelled(name_ + ": search stopped on request");
         const int y0 = r.y0 + band * rows, h = std::min(rows, r.y0 + r.height - y0);
-        BandTables& T = st.tables(r.width, h, fuse_root, fuse_levels);
+        BandTables& T = st.tables(r.width, h, fuse_root, fusion);
         for (int b = 0; b < 2; ++b) st.buffer[b].resize(std::max(T.storage_floats(b, bf16), std::size_t(1)));
         const MapBuffer buffer[2] = {{st.buffer[0].get(), bf16}, {st.buffer[1].get(), bf16}};
         stats_.level_bytes = std::max(stats_.level_bytes, T.bytes(bf16));

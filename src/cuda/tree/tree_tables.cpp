@@ -6,7 +6,7 @@
 
 namespace shiftstack::cuda::tree_gpu {
 
-BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_root, bool fuse_levels) {
+BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_root, LevelFusion fusion) {
   // cpu-tree's geometry over the whole band: each node's used velocities, map starts and lengths,
   // and for parents the rank and offset of the child map each velocity reads.
   const tree::Geometry geo = tree::make_geometry(plan, width, rows);
@@ -84,7 +84,7 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_r
   std::vector<char> formed(std::size_t(plan.depth) + 1, 1);
   formed[0] = 0;  // the root is streamed
   if (fused) formed[1] = 0;
-  if (fuse_levels) {
+  if (fusion != LevelFusion::none) {
     std::vector<char> parents_only(formed.size(), 1), has_parents(formed.size(), 0);
     for (std::size_t n = 1; n < N; ++n) {
       const int l = plan.nodes[n].level;
@@ -94,7 +94,9 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_r
         has_parents[l] = 1;
     }
     for (int l = fused ? 2 : 1; l + 1 <= plan.depth;) {
-      if (has_parents[l] && parents_only[l + 1]) {
+      const bool worth = fusion == LevelFusion::everywhere ||
+                         double(band.level[l + 1].floats) >= kFusionMinRatio * double(band.level[l].floats);
+      if (has_parents[l] && parents_only[l + 1] && worth) {
         formed[l + 1] = 0;
         l += 2;
       } else {

@@ -83,11 +83,23 @@ struct BandPlan {
   double traffic_bytes() const;
 };
 
+// Which levels below the root's children are formed from two levels down (the level between
+// never stored; the maps' floats are the same). Only a level of parents only can be skipped, and
+// never two in a row; from the top, the largest levels first.
+enum class LevelFusion {
+  none,
+  // where the level skipped holds at least half the floats of the level above: skipping it saves
+  // writing and reading it back, and costs the level above twice the reads of the level below
+  // it, which the caches serve in part. Measured on the H200 (docs/tree-search.md): skipping
+  // levels of 0.56 to 1.8 times the size of the one above was faster (deep, dense, kbmod), a
+  // level of 0.27 times (nights) 5% slower.
+  worthwhile,
+  everywhere,
+};
+constexpr double kFusionMinRatio = 0.5;
+
 // fuse_root: form the root from its grandchildren when both its children are parents.
-// fuse_levels: below that, form each level from two levels down wherever the level between holds
-// parents only (from the top: the largest levels first), so that one level in two is never
-// stored; the maps' floats are the same.
 BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_root = false,
-                        bool fuse_levels = false);
+                        LevelFusion fusion = LevelFusion::none);
 
 }  // namespace shiftstack::cuda::tree_gpu
