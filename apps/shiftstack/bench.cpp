@@ -589,7 +589,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(-1, 1));
   bench->add_option("--tree-fuse-levels", o->tree.fuse_levels,
                     "cuda-tree: form a level from two levels down where the level between is parents only, "
-                    "never storing it (-1: chosen, 0: never, 1: wherever it can)")
+                    "never storing it (-1: where that level holds at least half the floats of the one above, "
+                    "0: never, 1: wherever it can)")
       ->check(CLI::Range(-1, 1));
   bench->add_option("--threads", o->threads,
                     "CPU threads of the searches (default: all; the stack is made with all)")

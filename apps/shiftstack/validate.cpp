@@ -246,8 +246,7 @@ void run(const ValidateArgs& a) {
     std::cout << format_table(report);
     if (!a.out.empty()) {
       ensure_folder(a.out);
-      Provenance p = provenance(a, command);
-      p.card = !a.card.empty() ? a.card : machine_name(false);
+      const Provenance p = provenance(a, command);  // the GPU's name when the engine studied is a GPU engine
       const std::string prov = "{\"card\": \"" + p.card + "\", \"commit\": \"" + p.commit + "\", \"date\": \"" +
                                p.date + "\", \"command\": \"" + command + "\"}";
       write_text(a.out + "/tree_study.json", to_json(report, prov));
