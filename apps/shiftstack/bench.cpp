@@ -371,7 +371,6 @@ void run_bench(const BenchOptions& o) {
         TreeOptions t = o.tree;
         t.refine = cpu_tree->options().refine;  // the variant's own (cpu-tree-screen: unrefined)
         t.fuse_levels = -1;                     // cuda-tree's alone
-        t.fuse_root = std::min(t.fuse_root, 1);  // 2 is cuda-tree's alone
         engine = std::make_unique<TreeEngine>(t, engine_name);
       }
 #ifdef SHIFTSTACK_HAVE_CUDA
@@ -493,8 +492,7 @@ void run_bench(const BenchOptions& o) {
         record["cuda_tree"] = {{"fell_back", t.fell_back}, {"fallback_reason", t.fallback_reason},
                                {"additions_per_trial", t.additions_per_trial()}, {"level_additions", t.level_additions},
                                {"bands", t.bands}, {"band_rows", t.band_rows}, {"level_bytes", t.level_bytes},
-                               {"fused_root", t.fused_root}, {"root_sources", t.root_sources},
-                               {"formed_levels", t.formed_levels},
+                               {"fused_root", t.fused_root}, {"formed_levels", t.formed_levels},
                                {"cube_resident", t.cube_resident}, {"refined_on_device", t.refined_on_device},
                                {"z_screen", t.z_screen},
                                {"screened", t.screened}, {"refined", t.refined}, {"refine_rounds", t.refine_rounds},
@@ -515,11 +513,11 @@ void run_bench(const BenchOptions& o) {
           std::printf("  cuda-tree: ran the exhaustive cuda-fast engine: %s\n", t["fallback_reason"].get<std::string>().c_str());
         else
           std::printf("  cuda-tree: %.3f additions per trial per channel, %d band(s) of %d rows, %d levels stored "
-                      "(%.1f MB), the root from %d maps; "
+                      "(%.1f MB)%s; "
                       "screen z > %.3f: %lld trials, %lld re-scored in %d rounds on the %s; last run: tree %.3f ms, "
                       "refine %.3f ms\n",
                       t["additions_per_trial"].get<double>(), t["bands"].get<int>(), t["band_rows"].get<int>(),
-                      t["formed_levels"].get<int>(), t["level_bytes"].get<double>() / 1e6, t["root_sources"].get<int>(),
+                      t["formed_levels"].get<int>(), t["level_bytes"].get<double>() / 1e6, t["fused_root"].get<bool>() ? ", root fused" : "",
                       t["z_screen"].get<double>(),
                       (long long)t["screened"].get<std::int64_t>(), (long long)t["refined"].get<std::int64_t>(),
                       t["refine_rounds"].get<int>(), t["refined_on_device"].get<bool>() ? "device" : "host",
@@ -587,9 +585,8 @@ void add_bench_command(CLI::App& app) {
   bench->add_option("--tree-tile-height", o->tree.tile_height, "cpu-tree: origins per tile along y (0: chosen)")
       ->check(CLI::NonNegativeNumber);
   bench->add_option("--tree-fuse-root", o->tree.fuse_root,
-                    "cpu-tree and cuda-tree: form the root from its grandchildren (-1: chosen, 0: never, 1: always; "
-                    "2, cuda-tree only: from its great-grandchildren)")
-      ->check(CLI::Range(-1, 2));
+                    "cpu-tree and cuda-tree: form the root from its grandchildren (-1: chosen, 0: never, 1: always)")
+      ->check(CLI::Range(-1, 1));
   bench->add_option("--tree-fuse-levels", o->tree.fuse_levels,
                     "cuda-tree: form a level from two levels down where the level between is parents only, "
                     "never storing it (-1: where that level holds at least half the floats of the one above, "

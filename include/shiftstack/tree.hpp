@@ -34,8 +34,7 @@ struct TreeOptions {
   // engine from the additions they cost, within the budgets below).
   int tile_width = 0, tile_height = 0, cut_level = 0;
   // Form the root from its grandchildren, so that its children are never stored (-1: chosen by
-  // the engine, 0: never, 1: whenever the root's children are formed per tile; cuda-tree only,
-  // 2: from its great-grandchildren, its grandchildren never stored either).
+  // the engine, 0: never, 1: whenever the root's children are formed per tile).
   int fuse_root = -1;
   double tile_budget_bytes = 16.0 * 1024 * 1024;
   // Largest padded, cleaned copy of the stack held at once (bands of origin rows beyond it).

@@ -164,8 +164,6 @@ TreeEngine::TreeEngine(TreeOptions options, std::string name)
   require(options_.tile_width >= 0 && options_.tile_height >= 0 && options_.cut_level >= 0,
           "cpu-tree: tile sizes and the cut level must be >= 0");
   require(!options_.bf16_maps, "cpu-tree: BF16 level maps are cuda-tree's (cuda-tree-bf16); cpu-tree keeps FP32 maps");
-  require(options_.fuse_root >= -1 && options_.fuse_root <= 1,
-          "cpu-tree: fuse_root is -1, 0 or 1 (2, the root from its great-grandchildren, is cuda-tree's)");
   require(options_.fuse_levels <= 0, "cpu-tree: fused levels are cuda-tree's (its level tables); cpu-tree forms "
                                      "the levels above its cut per tile");
   require(options_.oversample > 0 && options_.child_reach >= 0 && options_.fallback_fraction > 0,

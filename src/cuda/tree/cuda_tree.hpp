@@ -20,8 +20,7 @@ struct CudaTreeStats {
   std::vector<std::int64_t> level_additions;  // per channel, all bands (margins included)
   double additions_per_trial() const;
   double level_bytes = 0;  // device memory of the two level buffers
-  bool fused_root = false;  // the root read its grandchildren (level 1 never formed) or further down
-  int root_sources = 2;     // maps each root trial reads: 2 children, 4 grandchildren, 8 great-grandchildren
+  bool fused_root = false;  // the root read its grandchildren (level 1 never formed)
   int formed_levels = 0;    // levels below the root with maps (the others fused into the one above)
   bool cube_resident = false;  // the whole image on the device (else bands of it, host refinement)
   bool refined_on_device = false;  // the flood ran on the device (else cpu-tree's, on the host)

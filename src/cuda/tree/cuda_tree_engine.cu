@@ -57,8 +57,8 @@ struct BandTables {
   DeviceArray<int> root_order;
   RootTables root;
 
-  BandTables(const tree::Plan& tree_plan, int width, int rows, int root_fusion, LevelFusion fusion)
-      : plan(make_band_plan(tree_plan, width, rows, root_fusion, fusion)) {
+  BandTables(const tree::Plan& tree_plan, int width, int rows, bool fuse_root, LevelFusion fusion)
+      : plan(make_band_plan(tree_plan, width, rows, fuse_root, fusion)) {
     level.resize(plan.level.size());
     for (std::size_t l = 1; l < plan.level.size(); ++l) {
       level[l].parents.upload(plan.level[l].parents);
@@ -71,7 +71,7 @@ struct BandTables {
     root.order = root_order.get();
     root.x_part = x_part.get();
     root.y_part = y_part.get();
-    for (int c = 0; c < 8; ++c) root.stride[c] = plan.stride[c];
+    for (int c = 0; c < 4; ++c) root.stride[c] = plan.stride[c];
     root.sources = plan.sources;
     root.Va = plan.Va;
     root.Vb = plan.Vb;
@@ -118,10 +118,10 @@ struct CudaTreeEngine::State {
   DeviceArray<unsigned long long> flood_count;  // trials reached; trials above the floor so far
   std::vector<double> exact_key;  // the bank and shift mode of ix, iy, sx, sy
 
-  // root_fusion and fusion are the engine's, the same for every call.
-  BandTables& tables(int width, int rows, int root_fusion, LevelFusion fusion) {
+  // fuse_root and fusion are the engine's, the same for every call.
+  BandTables& tables(int width, int rows, bool fuse_root, LevelFusion fusion) {
     auto& slot = bands[{width, rows}];
-    if (!slot) slot = std::make_unique<BandTables>(plan, width, rows, root_fusion, fusion);
+    if (!slot) slot = std::make_unique<BandTables>(plan, width, rows, fuse_root, fusion);
     return *slot;
   }
 };
@@ -209,8 +209,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
   const bool bf16 = options_.bf16_maps;
   // fuse_root -1 (the engine's choice) fuses: level 1 is the largest level a GPU pass writes and
   // reads back (on `deep` a third of its device-memory traffic); 0 never.
-  // 2 (cuda-tree only) also skips level 2: the root reads its great-grandchildren.
-  const int fuse_root = options_.fuse_root == 0 ? 0 : options_.fuse_root == 2 ? 2 : 1;
+  const bool fuse_root = options_.fuse_root != 0;
   // fuse_levels -1 skips the levels worth skipping (LevelFusion::worthwhile; deep: 83 against
   // 103 ms with BF16 maps, docs/tree-search.md), 1 every level it can, 0 none.
   const LevelFusion fusion = options_.fuse_levels == 0  ? LevelFusion::none
@@ -263,8 +262,7 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
         for (int b = 0; b < 2; ++b) st.buffer[b].resize(std::max(T.storage_floats(b, bf16), std::size_t(1)));
         const MapBuffer buffer[2] = {{st.buffer[0].get(), bf16}, {st.buffer[1].get(), bf16}};
         stats_.level_bytes = std::max(stats_.level_bytes, T.bytes(bf16));
-        stats_.fused_root = T.plan.sources >= 4;
-        stats_.root_sources = T.plan.sources;
+        stats_.fused_root = T.plan.sources == 4;
         stats_.formed_levels = T.plan.formed_levels;
         StackView band_view = view;
         if (!resident) {

@@ -14,12 +14,12 @@ namespace shiftstack::cuda::tree_gpu {
 
 // The root's reads: trial (i, r, a, b) sums source s's pixel at
 // x_part[s * Va + a] + y_part[s * Vb + b] + r * stride[s] + kPixelFloats * i (A, then B); the
-// sources are the root's 2 children, 4 grandchildren or 8 great-grandchildren (BandPlan::sources).
+// sources are the root's 2 children or its 4 grandchildren (BandPlan::sources).
 struct RootTables {
   const std::int64_t* x_part = nullptr;
   const std::int64_t* y_part = nullptr;
   const int* order = nullptr;  // velocities in the order the root visits them (BandPlan::root_order)
-  int stride[8] = {};
+  int stride[4] = {0, 0, 0, 0};
   int Va = 0, Vb = 0;
   int sources = 2;
 };

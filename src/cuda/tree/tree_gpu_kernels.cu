@@ -61,14 +61,13 @@ __global__ void __launch_bounds__(256) leaf_kernel(StackView view, const LeafEnt
 
 // A parent pixel from its sources: child 0 + child 1, or (g0 + g1) + (g2 + g3) from the four
 // grandchildren (the children's floats, added in the same order).
-// With eight (the root from its great-grandchildren): ((h0 + h1) + (h2 + h3)) + ((h4 + h5) + (h6 + h7)).
 template <int Sources>
-__device__ inline float2 sum_sources(const float2* q) {
+__device__ inline float2 sum_sources(const float2 (&q)[Sources]) {
   if constexpr (Sources == 2) {
     return make_float2(__fadd_rn(q[0].x, q[1].x), __fadd_rn(q[0].y, q[1].y));
   } else {
-    const float2 lo = sum_sources<Sources / 2>(q), hi = sum_sources<Sources / 2>(q + Sources / 2);
-    return make_float2(__fadd_rn(lo.x, hi.x), __fadd_rn(lo.y, hi.y));
+    return make_float2(__fadd_rn(__fadd_rn(q[0].x, q[1].x), __fadd_rn(q[2].x, q[3].x)),
+                       __fadd_rn(__fadd_rn(q[0].y, q[1].y), __fadd_rn(q[2].y, q[3].y)));
   }
 }
 
@@ -473,9 +472,7 @@ int launch_root(const RootTables& tables, MapBuffer sources, const RootParams& p
       root_kernel<Sources, kRootRows, kRootCols><<<grid, dim3(32, kRowsPerBlock), 0, stream>>>(
           tables, static_cast<const float*>(sources.data), params);
   };
-  if (tables.sources == 8)
-    run.template operator()<8>();
-  else if (tables.sources == 4)
+  if (tables.sources == 4)
     run.template operator()<4>();
   else
     run.template operator()<2>();

@@ -6,7 +6,7 @@
 
 namespace shiftstack::cuda::tree_gpu {
 
-BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, int root_fusion, LevelFusion fusion) {
+BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_root, LevelFusion fusion) {
   // cpu-tree's geometry over the whole band: each node's used velocities, map starts and lengths,
   // and for parents the rank and offset of the child map each velocity reads.
   const tree::Geometry geo = tree::make_geometry(plan, width, rows);
@@ -78,22 +78,12 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, int root_fu
       }
   }
   const tree::Node& top = plan.nodes[0];
-  // Levels the root forms itself: its children where both are parents, and then its
-  // grandchildren where all four are parents too.
-  int root_levels = 0;
-  if (root_fusion >= 1 && !plan.nodes[top.child[0]].leaf() && !plan.nodes[top.child[1]].leaf()) {
-    root_levels = 1;
-    bool grandparents = true;
-    for (int c = 0; c < 2; ++c)
-      for (int k = 0; k < 2; ++k) grandparents &= !plan.nodes[plan.nodes[top.child[c]].child[k]].leaf();
-    if (root_fusion >= 2 && grandparents) root_levels = 2;
-  }
-  const bool fused = root_levels > 0;
+  const bool fused = fuse_root && !plan.nodes[top.child[0]].leaf() && !plan.nodes[top.child[1]].leaf();
   // Which levels are formed: a level of parents only may be skipped, the level above then
   // reading two levels down; never two levels in a row, so every read is of a formed level.
   std::vector<char> formed(std::size_t(plan.depth) + 1, 1);
   formed[0] = 0;  // the root is streamed
-  for (int l = 1; l <= root_levels; ++l) formed[l] = 0;
+  if (fused) formed[1] = 0;
   if (fusion != LevelFusion::none) {
     std::vector<char> parents_only(formed.size(), 1), has_parents(formed.size(), 0);
     for (std::size_t n = 1; n < N; ++n) {
@@ -103,7 +93,7 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, int root_fu
       else
         has_parents[l] = 1;
     }
-    for (int l = root_levels + 1; l + 1 <= plan.depth;) {
+    for (int l = fused ? 2 : 1; l + 1 <= plan.depth;) {
       const bool worth = fusion == LevelFusion::everywhere ||
                          double(band.level[l + 1].floats) >= kFusionMinRatio * double(band.level[l].floats);
       if (has_parents[l] && parents_only[l + 1] && worth) {
@@ -159,8 +149,8 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, int root_fu
     ++band.formed_levels;
     b ^= 1;
   }
-  band.sources = 2 << root_levels;
-  band.root_buffer = band.level[root_levels + 1].buffer;
+  if (fused) band.sources = 4;
+  band.root_buffer = band.level[fused ? 2 : 1].buffer;
 
   band.Va = top.axis[0].size();
   band.Vb = top.axis[1].size();
@@ -181,58 +171,32 @@ BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, int root_fu
       band.stride[c] = kPixelFloats * cx.length;
       continue;
     }
-    // Where the child's map pixel the root reads would read each grandchild (and, two levels
-    // down, each great-grandchild): the descendant velocity's own reads, moved by the offsets of
-    // the reads above it.
+    // Where the child's map pixel the root reads would read each grandchild: the child
+    // velocity's own reads (its ParentEntry) moved by the root's offset into the child's map.
     const tree::Node& node = plan.nodes[child];
     for (int k = 0; k < 2; ++k) {
-      const int grand = node.child[k];
+      const int s = 2 * c + k, grand = node.child[k];
       const tree::AxisGeometry &gx = geo.node[grand][0], &gy = geo.node[grand][1];
-      if (root_levels == 1) {
-        const int s = 2 * c + k;
-        const std::int64_t gplane = std::int64_t(gx.length) * gy.length;
-        for (int a = 0; a < band.Va; ++a) {
-          const int jx = top.axis[0].child_entry[c][a];
-          band.x_part[s * band.Va + a] =
-              kPixelFloats * (gplane * cx.child_rank[k][jx] + px.child_offset[c][a] + cx.child_offset[k][jx]);
-        }
-        for (int b = 0; b < band.Vb; ++b) {
-          const int jy = top.axis[1].child_entry[c][b];
-          band.y_part[s * band.Vb + b] =
-              offset[grand] + kPixelFloats * (gplane * std::int64_t(gx.used.size()) * cy.child_rank[k][jy] +
-                                              std::int64_t(py.child_offset[c][b] + cy.child_offset[k][jy]) * gx.length);
-        }
-        band.stride[s] = kPixelFloats * gx.length;
-        continue;
+      const std::int64_t gplane = std::int64_t(gx.length) * gy.length;
+      for (int a = 0; a < band.Va; ++a) {
+        const int jx = top.axis[0].child_entry[c][a];
+        band.x_part[s * band.Va + a] =
+            kPixelFloats * (gplane * cx.child_rank[k][jx] + px.child_offset[c][a] + cx.child_offset[k][jx]);
       }
-      const tree::Node& grand_node = plan.nodes[grand];
-      for (int m = 0; m < 2; ++m) {
-        const int s = 4 * c + 2 * k + m, great = grand_node.child[m];
-        const tree::AxisGeometry &hx = geo.node[great][0], &hy = geo.node[great][1];
-        const std::int64_t hplane = std::int64_t(hx.length) * hy.length;
-        for (int a = 0; a < band.Va; ++a) {
-          const int jx = top.axis[0].child_entry[c][a], kx = node.axis[0].child_entry[k][jx];
-          band.x_part[s * band.Va + a] =
-              kPixelFloats * (hplane * gx.child_rank[m][kx] + px.child_offset[c][a] + cx.child_offset[k][jx] +
-                              gx.child_offset[m][kx]);
-        }
-        for (int b = 0; b < band.Vb; ++b) {
-          const int jy = top.axis[1].child_entry[c][b], ky = node.axis[1].child_entry[k][jy];
-          band.y_part[s * band.Vb + b] =
-              offset[great] +
-              kPixelFloats * (hplane * std::int64_t(hx.used.size()) * gy.child_rank[m][ky] +
-                              std::int64_t(py.child_offset[c][b] + cy.child_offset[k][jy] + gy.child_offset[m][ky]) *
-                                  hx.length);
-        }
-        band.stride[s] = kPixelFloats * hx.length;
+      for (int b = 0; b < band.Vb; ++b) {
+        const int jy = top.axis[1].child_entry[c][b];
+        band.y_part[s * band.Vb + b] =
+            offset[grand] + kPixelFloats * (gplane * std::int64_t(gx.used.size()) * cy.child_rank[k][jy] +
+                                            std::int64_t(py.child_offset[c][b] + cy.child_offset[k][jy]) * gx.length);
       }
+      band.stride[s] = kPixelFloats * gx.length;
     }
   }
   for (int tb = 0; tb < band.Vb; tb += kRootOrderTile[1])
     for (int ta = 0; ta < band.Va; ta += kRootOrderTile[0])
       for (int b = tb; b < std::min(band.Vb, tb + kRootOrderTile[1]); ++b)
         for (int a = ta; a < std::min(band.Va, ta + kRootOrderTile[0]); ++a) band.root_order.push_back(b * band.Va + a);
-  // Per channel: a0 + a1, (g0 + g1) + (g2 + g3), or ((h0 + h1) + (h2 + h3)) + ((h4 + h5) + (h6 + h7)).
+  // Per channel: a0 + a1, or (g0 + g1) + (g2 + g3).
   band.root_additions = std::int64_t(band.sources - 1) * band.Va * band.Vb * width * rows;
   return band;
 }

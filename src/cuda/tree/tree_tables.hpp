@@ -63,14 +63,14 @@ struct LevelPlan {
 struct BandPlan {
   int width = 0, rows = 0;
   std::vector<LevelPlan> level;  // [0 .. depth]; level 0 (the root) keeps no maps
-  int sources = 2;               // 2: children, 4: grandchildren, 8: great-grandchildren (fused root)
+  int sources = 2;               // 2: children, 4: grandchildren (fused root)
   int root_buffer = 1;           // the buffer the root reads: that of its sources' level
   int formed_levels = 0;         // levels with maps (below the root)
   std::vector<std::int64_t> x_part, y_part;
   // The root visits velocities in tiles of kRootOrderTile[0] x [1] (vx, vy) values: neighbouring
   // velocities read the same child maps, so a block finds them still in its L1 cache.
   std::vector<int> root_order;
-  int stride[8] = {};            // floats
+  int stride[4] = {0, 0, 0, 0};  // floats
   int Va = 0, Vb = 0;
   std::size_t buffer_floats[2] = {0, 0};
   // Samples the leaves read, relative to the band's first origin: [lo, hi) per axis.
@@ -92,17 +92,14 @@ enum class LevelFusion {
   // writing and reading it back, and costs the level above twice the reads of the level below
   // it, which the caches serve in part. Measured on the H200 (docs/tree-search.md): skipping
   // levels of 0.56 to 1.8 times the size of the one above was faster (deep, dense, kbmod), a
-  // level of 0.27 times (nights) no faster (2-5% slower, near the run-to-run variation).
+  // level of 0.27 times (nights) 5% slower.
   worthwhile,
   everywhere,
 };
 constexpr double kFusionMinRatio = 0.5;
 
-// root_fusion: the levels below the root it forms on the fly, never stored: 0 none (the root
-// reads its 2 children), 1 its children (it reads 4 grandchildren, where both children are
-// parents), 2 its children and grandchildren (8 great-grandchildren, where those 4 are parents
-// too); fewer where the plan has leaves there.
-BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, int root_fusion = 0,
+// fuse_root: form the root from its grandchildren when both its children are parents.
+BandPlan make_band_plan(const tree::Plan& plan, int width, int rows, bool fuse_root = false,
                         LevelFusion fusion = LevelFusion::none);
 
 }  // namespace shiftstack::cuda::tree_gpu
