@@ -92,7 +92,7 @@ enum class LevelFusion {
   // writing and reading it back, and costs the level above twice the reads of the level below
   // it, which the caches serve in part. Measured on the H200 (docs/tree-search.md): skipping
   // levels of 0.56 to 1.8 times the size of the one above was faster (deep, dense, kbmod), a
-  // level of 0.27 times (nights) 5% slower.
+  // level of 0.27 times (nights) no faster (2-5% slower, near the run-to-run variation).
   worthwhile,
   everywhere,
 };
