@@ -379,3 +379,22 @@ TEST(Pipeline, InjectedSourceBecomesOneCandidate) {
 
 }  // namespace
 }  // namespace shiftstack
+
+// The search stage fetches a GPU-encoded cube to the host for every engine but those that read
+// it where it lies: the CUDA gathers (through run_gather) and the tree engines. Every other engine,
+// CPU or Fourier route, must say it reads the host payload, or it would search an empty copy.
+TEST(EngineRegistry, OnlyTheGathersAndTheTreeEnginesReadTheDeviceCube) {
+  const std::vector<std::string> readers = {"cuda-serial", "cuda-tiled",     "cuda-fast",           "cuda-tree",
+                                            "cuda-tree-screen", "cuda-tree-bf16", "cuda-tree-bf16-screen"};
+  int found = 0;
+  for (const shiftstack::EngineInfo& e : shiftstack::engines()) {
+    const bool reader = std::find(readers.begin(), readers.end(), e.name) != readers.end();
+    EXPECT_EQ(e.reads_device_cube, reader) << e.name;
+    found += reader;
+  }
+#ifdef SHIFTSTACK_HAVE_CUDA
+  EXPECT_EQ(found, int(readers.size())) << "every reader is registered in a CUDA build";
+#else
+  EXPECT_EQ(found, 0);
+#endif
+}

@@ -386,4 +386,9 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
   return result;
 }
 
+void register_gather_engine(EngineInfo info) {
+  info.reads_device_cube = true;
+  register_engine(std::move(info));
+}
+
 }  // namespace shiftstack::cuda

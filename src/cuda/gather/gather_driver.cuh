@@ -148,6 +148,10 @@ struct GatherWorkspace {
 // top-k merge and obs_count passes; uploads excluded).
 SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWorkspace& workspace);
 
+// Registers an engine that searches through run_gather: it takes its cube from acquire_stack(),
+// so it reads a stack encoded on the device where it lies (EngineInfo::reads_device_cube).
+void register_gather_engine(EngineInfo info);
+
 // Maximum dynamic shared memory per block on the current device (bytes).
 int max_shared_memory_per_block();
 int multiprocessor_count();

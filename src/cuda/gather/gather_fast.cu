@@ -597,8 +597,7 @@ void register_cuda_fast_engine() {
                   "sums in registers, integer offsets, fused scoring, candidates and top-k; fractional "
                   "shifts run cuda-tiled's bilinear kernel (no fast fractional path)",
                   true, 40, [] { return std::make_unique<cuda::FastEngine>(); }, cuda_device_available};
-  info.reads_device_cube = true;  // run_gather takes its cube from acquire_stack()
-  register_engine(std::move(info));
+  cuda::register_gather_engine(std::move(info));
 }
 
 }  // namespace shiftstack

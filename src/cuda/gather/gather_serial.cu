@@ -114,8 +114,7 @@ void register_cuda_serial_engine() {
                   "integer and fractional (bilinear) shifts",
                   true, 20, [] { return std::make_unique<cuda::SerialEngine>(); },
                   cuda_device_available};
-  info.reads_device_cube = true;  // run_gather takes its cube from acquire_stack()
-  register_engine(std::move(info));
+  cuda::register_gather_engine(std::move(info));
 }
 
 }  // namespace shiftstack

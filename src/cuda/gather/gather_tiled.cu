@@ -180,8 +180,7 @@ void register_cuda_tiled_engine() {
                   "and covariances staged the same way",
                   true, 30, [] { return std::make_unique<cuda::TiledEngine>(); },
                   cuda_device_available};
-  info.reads_device_cube = true;  // run_gather takes its cube from acquire_stack()
-  register_engine(std::move(info));
+  cuda::register_gather_engine(std::move(info));
 }
 
 }  // namespace shiftstack

@@ -289,14 +289,13 @@ SearchResult CudaTreeEngine::search(const SearchInput& in) {
         p.height = h;
         p.screen = tree::z_test(screen).signed_square;
         p.count_test = tree::z_test(z_thr).signed_square;
-        int tile_x = 0, tile_y = 0;
-        root_tile(tile_x, tile_y);
-        const std::int64_t tiles = std::int64_t((r.width + tile_x - 1) / tile_x) * ((h + tile_y - 1) / tile_y);
+        const std::int64_t tiles = std::int64_t((r.width + kRootTileX - 1) / kRootTileX) *
+                                   ((h + kRootTileY - 1) / kRootTileY);
         const int velocities = T.root.Va * T.root.Vb;
         const std::int64_t groups = std::clamp<std::int64_t>((16 * sms + tiles - 1) / tiles, 1, velocities);
         p.velocities_per_block = int((velocities + groups - 1) / groups);
         // The kernel counts a thread's trials in 32 bits, and nests the count under the screen.
-        require(double(p.velocities_per_block) * tile_x * tile_y / 256.0 < 4.0e9 && p.screen <= p.count_test,
+        require(double(p.velocities_per_block) * kRootTileX * kRootTileY / 256.0 < 4.0e9 && p.screen <= p.count_test,
                 name_ + ": internal: root pass out of its kernel's range");
         const std::int64_t blocks = tiles * ((velocities + p.velocities_per_block - 1) / p.velocities_per_block);
         st.partials.resize(std::size_t(blocks));

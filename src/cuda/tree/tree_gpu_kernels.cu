@@ -419,15 +419,11 @@ void launch_leaves(const StackView& view, const LeafEntry* entries, int count, i
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 
-// Pixels per thread, rows x columns, measured on the H200 (docs/tree-search.md, "Kernel
-// shapes"): parents 2 x 2, the root 1 x 2 (an origin tile of 64 x 8).
+// Pixels per thread, rows x columns, measured on the H200 (docs/tree-search.md, "What made the
+// difference"): parents 2 x 2; the root's from its origin tile (1 x 2).
 constexpr int kParentRows = 2, kParentCols = 2;
-constexpr int kRootRows = 1, kRootCols = 2;
-
-void root_tile(int& width, int& height) {
-  width = 32 * kRootCols;
-  height = kRowsPerBlock * kRootRows;
-}
+constexpr int kRootRows = kRootTileY / kRowsPerBlock, kRootCols = kRootTileX / 32;
+static_assert(kRootRows * kRowsPerBlock == kRootTileY && kRootCols * 32 == kRootTileX, "a root tile of whole rows");
 
 namespace {
 template <int Sources, typename M>
@@ -460,9 +456,7 @@ void launch_parents(const ParentEntry* entries, int count, int max_height, int s
 
 int launch_root(const RootTables& tables, MapBuffer sources, const RootParams& params, cudaStream_t stream) {
   const int velocities = tables.Va * tables.Vb;
-  int tile_x = 0, tile_y = 0;
-  root_tile(tile_x, tile_y);
-  const dim3 grid((params.width + tile_x - 1) / tile_x, (params.height + tile_y - 1) / tile_y,
+  const dim3 grid((params.width + kRootTileX - 1) / kRootTileX, (params.height + kRootTileY - 1) / kRootTileY,
                   (velocities + params.velocities_per_block - 1) / params.velocities_per_block);
   auto run = [&]<int Sources>() {
     if (sources.bf16)
