@@ -9,7 +9,10 @@
 #include <limits>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "shiftstack/tree.hpp"
+#include "shiftstack/validation.hpp"
 #include "test_support.hpp"
 
 using namespace shiftstack;
@@ -352,4 +355,20 @@ TEST(TreeSensitivity, UnrefinedNullVarianceIsOne) {
   const auto [ref_mean, ref_se] = mean_se(ref_var);
   EXPECT_NEAR(tree_mean, 1.0, 4 * tree_se + 1e-3) << "exhaustive: " << ref_mean << " +- " << ref_se;
   EXPECT_NEAR(ref_mean, 1.0, 4 * ref_se + 1e-3);
+}
+
+// The study's provenance is written as JSON values, whatever the revision or card names hold
+// (SHIFTSTACK_COMMIT and --commit are free text): quotes and backslashes survive a round trip.
+TEST(TreeStudyReport, ProvenanceSurvivesQuotesAndBackslashes) {
+  TreeStudyReport report;
+  Provenance p;
+  p.card = "card \"A\"";
+  p.commit = "abc\"def\\ghi";
+  p.date = "2026-12-02T00:00:00Z";
+  p.command = "shiftstack validate --tree-study --commit 'abc\"def'";
+  const nlohmann::json j = nlohmann::json::parse(to_json(report, p));
+  EXPECT_EQ(j["provenance"]["card"], p.card);
+  EXPECT_EQ(j["provenance"]["commit"], p.commit);
+  EXPECT_EQ(j["provenance"]["date"], p.date);
+  EXPECT_EQ(j["provenance"]["command"], p.command);
 }

@@ -247,9 +247,7 @@ void run(const ValidateArgs& a) {
     if (!a.out.empty()) {
       ensure_folder(a.out);
       const Provenance p = provenance(a, command);  // the GPU's name when the engine studied is a GPU engine
-      const std::string prov = "{\"card\": \"" + p.card + "\", \"commit\": \"" + p.commit + "\", \"date\": \"" +
-                               p.date + "\", \"command\": \"" + command + "\"}";
-      write_text(a.out + "/tree_study.json", to_json(report, prov));
+      write_text(a.out + "/tree_study.json", to_json(report, p));
       write_text(a.out + "/tree_study.txt", format_table(report));
       write_tree_study_plots(report, a.out, p.card + ", " + p.commit + ", " + p.date);
       std::cerr << "wrote " << a.out << "/tree_study.json, tree_study.txt and the plots\n";

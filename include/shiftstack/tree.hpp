@@ -177,7 +177,8 @@ struct TreeStudyReport {
 };
 
 TreeStudyReport run_tree_study(const TreeStudyOptions& options);
-std::string to_json(const TreeStudyReport& report, const std::string& provenance_json);
+struct Provenance;  // shiftstack/validation.hpp
+std::string to_json(const TreeStudyReport& report, const Provenance& provenance);
 std::string format_table(const TreeStudyReport& report);
 // completeness.svg, time_vs_completeness.svg, retention.svg, loss_curve.svg in folder.
 std::vector<std::string> write_tree_study_plots(const TreeStudyReport& report, const std::string& folder,

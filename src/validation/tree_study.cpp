@@ -239,7 +239,7 @@ TreeStudyReport run_tree_study(const TreeStudyOptions& o) {
   return rep;
 }
 
-std::string to_json(const TreeStudyReport& r, const std::string& provenance_json) {
+std::string to_json(const TreeStudyReport& r, const Provenance& provenance) {
   using nlohmann::json;
   const TreeStudyOptions& o = r.options;
   json methods = json::array();
@@ -265,7 +265,7 @@ std::string to_json(const TreeStudyReport& r, const std::string& provenance_json
       {"engines", {{"exhaustive", r.methods.empty() ? "" : r.methods[0].name},
                    {"tree", o.tree_name()}}},
       {"seconds", r.seconds},
-      {"provenance", json::parse(provenance_json)},
+      {"provenance", validation_detail::provenance_json(provenance)},
   };
   return j.dump(2) + "\n";
 }
