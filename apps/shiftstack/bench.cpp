@@ -24,6 +24,7 @@
 #include "shiftstack/error.hpp"
 #include "shiftstack/likelihood.hpp"
 #ifdef SHIFTSTACK_HAVE_CUDA
+#include "../../src/cuda/gather/gather_fast.hpp"        // the kernel cuda-fast ran
 #include "../../src/cuda/spectral/spectral_engine.hpp"  // stage times of the Fourier-route engines
 #include "../../src/cuda/tree/cuda_tree.hpp"             // cuda-tree's counts and stage times
 #endif
@@ -428,6 +429,9 @@ void run_bench(const BenchOptions& o) {
       if (o.top_k > 0) record["engine_seconds_median"] = median(engine_seconds);
       record["wall_seconds_median"] = median(wall_seconds);  // host clock around search(): setup included
       stages.write(record);
+#ifdef SHIFTSTACK_HAVE_CUDA
+      if (engine_name == "cuda-fast") record["variant"] = cuda::last_fast_variant();
+#endif
       record["cpu_seconds_median"] = median(cpu_seconds);
       record["digest"] = nlohmann::json::parse(to_json(digest));
       record["deterministic"] = deterministic;

@@ -14,6 +14,7 @@
 
 #include "../test_support.hpp"
 #include "cuda/common/device_stack.hpp"
+#include "cuda/gather/gather_bilinear.hpp"
 #include "cuda/gather/gather_fast.hpp"
 
 using namespace shiftstack;
@@ -567,9 +568,11 @@ TEST(GpuGather, FractionalShiftsUnderForcedTiling) {
     if (std::abs(double(x.Z) - c.reference.digest.z_thr) <= DigestTolerance::fp32().count_band) ++c.near_threshold;
   // Room for about a 128 x 32 tile with its halo (trajectories reach 24 px) and its covariance
   // planes, not for a whole row of tiles: the search must tile.
-  const std::size_t budget = std::size_t(128 + 56) * (32 + 56) * c.stack.exposures *
-                             (c.stack.bytes_per_pair() + 4 * sizeof(float));
+  const std::size_t upload = c.stack.bytes_per_pair() + 4 * sizeof(float);
   for (const std::string& name : gpu_gathers) {
+    // cuda-fast's bilinear kernel keeps weighted planes (20 bytes per pixel) beside the upload.
+    const double copies = name == "cuda-fast" ? 1.0 + 20.0 / double(upload) : 1.0;
+    const std::size_t budget = std::size_t(copies * (128 + 56) * (32 + 56) * c.stack.exposures * upload);
     auto engine = make_engine(name);
     cuda::set_memory_budget(0);
     const SearchResult whole = search(*engine, c.stack, c.kit.bank, c.policy, region);
@@ -634,13 +637,61 @@ TEST(GpuGather, FractionalVelocityListsRunOnSerialOnly) {
   }
 }
 
-TEST(GpuGather, CudaFastReportsTheTiledBilinearKernelForFractionalShifts) {
+TEST(GpuGather, CudaFastRunsItsOwnBilinearKernelForFractionalShifts) {
   REQUIRE_DEVICE();
   DefaultsGuard guard;
   const Case& c = fractional_case(Encoding::fp16);
   auto engine = make_engine("cuda-fast");
   search(*engine, c.stack, c.kit.bank, c.policy);
-  EXPECT_EQ(cuda::last_fast_variant(), "tiled-bilinear");
+  EXPECT_EQ(cuda::last_fast_variant(), cuda::fast_bilinear_variant_names().front());
+}
+
+// Every bilinear variant of cuda-fast, and cuda-tiled's kernel by name, on the fractional case.
+TEST(GpuGather, EveryFastBilinearVariantMatchesReference) {
+  REQUIRE_DEVICE();
+  DefaultsGuard guard;
+  std::vector<std::string> names = cuda::fast_bilinear_variant_names();
+  ASSERT_GE(names.size(), 2u);
+  names.push_back(cuda::tiled_bilinear_name());
+  for (Encoding enc : all_encodings()) {
+    const Case& c = fractional_case(enc);
+    for (const std::string& name : names) {
+      cuda::set_fast_variant(name);
+      auto engine = make_engine("cuda-fast");
+      const SearchResult r = search(*engine, c.stack, c.kit.bank, c.policy);
+      EXPECT_EQ(cuda::last_fast_variant(), name);
+      expect_matches_reference(c, r, "cuda-fast " + name + " fractional " + to_string(enc));
+    }
+  }
+}
+
+// A grid so coarse along vy that a run of the bilinear kernel's packet spans more rows than
+// shared memory holds: the automatic choice hands it to cuda-tiled's kernel (smaller packets), a
+// forced bilinear variant is an error that says why.
+TEST(GpuGather, CoarseFractionalGridFallsBackToTheTiledBilinearKernel) {
+  REQUIRE_DEVICE();
+  DefaultsGuard guard;
+  const Case& base = fractional_case(Encoding::fp32);
+  Case c;
+  c.kit = base.kit;
+  for (double& vy : c.kit.bank.vy_axis) vy *= 60.0;  // neighbouring vy drift ~60 px apart
+  c.stack = base.stack;
+  c.policy = base.policy;
+  finish_case(c);
+  const SearchInput probe{&c.stack, &c.kit.bank, resolve({}, c.stack.width, c.stack.height), c.policy};
+  EXPECT_NE(cuda::fast_bilinear_problem(probe, ""), "");
+  auto engine = make_engine("cuda-fast");
+  EXPECT_EQ(engine->unsupported_reason(probe), "");
+  const SearchResult r = search(*engine, c.stack, c.kit.bank, c.policy);
+  EXPECT_EQ(cuda::last_fast_variant(), cuda::tiled_bilinear_name());
+  expect_matches_reference(c, r, "cuda-fast coarse fractional grid");
+  cuda::set_fast_variant(cuda::fast_bilinear_variant_names().front());
+  try {
+    search(*engine, c.stack, c.kit.bank, c.policy);
+    ADD_FAILURE() << "a forced bilinear variant ran a window larger than shared memory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();
+  }
 }
 
 // Small enough for compute-sanitizer (memcheck, racecheck): one search per engine and encoding

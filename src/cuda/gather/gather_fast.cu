@@ -17,8 +17,9 @@
 // exact value is looked up. `s` (skip) variants reuse the previous velocity's samples when its
 // shift is identical at that exposure (frequent for finely spaced grids).
 //
-// Fractional (bilinear) shifts have no kernel here: cuda-fast runs cuda-tiled's bilinear kernel
-// for them (gather_tiled_bilinear.cu), whatever variant is forced, and reports it as the variant.
+// Fractional (bilinear) shifts run cuda-fast's bilinear kernel (gather_fast_bilinear.cu); its
+// variants are forced or preferred by name like these, and cuda-tiled's kernel ("tiled-bilinear")
+// takes a bank none of them fits, or when named.
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -415,8 +416,37 @@ VariantPlan plan_variant(const FastVariant& v, const EncodedStack& stack, const 
   return plan;
 }
 
+// Whether a name is one of the fractional kernels' (a bilinear variant or cuda-tiled's kernel).
+bool fractional_kernel_name(const std::string& name) {
+  if (name == tiled_bilinear_name()) return true;
+  const std::vector<std::string> names = fast_bilinear_variant_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// The fractional kernel forced or preferred by name (SHIFTSTACK_FAST_PREFER), "" for the automatic choice.
+std::string fractional_choice() {
+  std::string forced;
+  {
+    std::lock_guard guard(variant_lock());
+    forced = forced_variant();
+  }
+  if (fractional_kernel_name(forced)) return forced;
+  if (const char* prefer = std::getenv("SHIFTSTACK_FAST_PREFER")) {
+    const std::string list = prefer;
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t end = std::min(list.find(',', start), list.size());
+      const std::string name = list.substr(start, end - start);
+      if (fractional_kernel_name(name)) return name;
+      start = end + 1;
+    }
+  }
+  return {};
+}
+
 // The order in which the automatic choice tries variants: those named in the environment
-// variable SHIFTSTACK_FAST_PREFER (comma-separated) first, then the built-in order.
+// variable SHIFTSTACK_FAST_PREFER (comma-separated) first, then the built-in order. Names of
+// the fractional kernels are skipped here (fractional_choice() reads them).
 std::vector<const FastVariant*> preference_order() {
   std::vector<const FastVariant*> order;
   if (const char* prefer = std::getenv("SHIFTSTACK_FAST_PREFER")) {
@@ -425,7 +455,7 @@ std::vector<const FastVariant*> preference_order() {
     while (start <= list.size()) {
       const std::size_t end = std::min(list.find(',', start), list.size());
       const std::string name = list.substr(start, end - start);
-      bool known = name.empty();
+      bool known = name.empty() || fractional_kernel_name(name);
       for (const FastVariant& v : variants())
         if (v.info.name == name) {
           order.push_back(&v);
@@ -542,8 +572,9 @@ class FastEngine final : public Engine {
   std::string name() const override { return "cuda-fast"; }
   std::string unsupported_reason(const SearchInput& input) const override {
     if (input.bank->mode == ShiftMode::fractional) {
+      // cuda-tiled's kernel takes what cuda-fast's own cannot, so the two share their limits.
       const std::string problem = tiled_bilinear_problem(input);
-      return problem.empty() ? problem : "fractional shifts run cuda-tiled's bilinear kernel here: " + problem;
+      return problem.empty() ? problem : "cuda-fast's bilinear kernels: " + problem;
     }
     if (!input.bank->is_cartesian())
       return "cuda-fast relies on separable shift tables of a Cartesian velocity grid; use "
@@ -554,11 +585,16 @@ class FastEngine final : public Engine {
   }
   SearchResult search(const SearchInput& input) override {
     if (input.bank->mode == ShiftMode::fractional) {
-      {
-        std::lock_guard guard(variant_lock());
-        last_variant() = tiled_bilinear_name();
-      }
-      return run_tiled_bilinear(input, workspace_);
+      const std::string choice = fractional_choice();
+      std::string ran = tiled_bilinear_name();
+      SearchResult result;
+      if (choice == tiled_bilinear_name() || (choice.empty() && !fast_bilinear_problem(input, "").empty()))
+        result = run_tiled_bilinear(input, workspace_);
+      else
+        result = run_fast_bilinear(input, workspace_, choice, &ran);
+      std::lock_guard guard(variant_lock());
+      last_variant() = ran;
+      return result;
     }
     FastMethod method;
     return run_gather(method, input, workspace_);
@@ -595,7 +631,7 @@ void register_cuda_fast_engine() {
   EngineInfo info{"cuda-fast",
                   "GPU fair gather: velocity packets staged once per exposure chunk in shared memory, "
                   "sums in registers, integer offsets, fused scoring, candidates and top-k; fractional "
-                  "shifts run cuda-tiled's bilinear kernel (no fast fractional path)",
+                  "shifts: separable bilinear interpolation with shared weights and the exact B",
                   true, 40, [] { return std::make_unique<cuda::FastEngine>(); }, cuda_device_available};
   cuda::register_gather_engine(std::move(info));
 }
