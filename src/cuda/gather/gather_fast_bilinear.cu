@@ -325,7 +325,7 @@ FastBilinearVariant make_bilinear_variant() {
 }
 
 // In the automatic choice's order: the fastest on `dense` (H200), then one of two blocks per
-// multiprocessor, then other shapes measured within 2% of it (bench/RESULTS.md).
+// multiprocessor, then other shapes measured within 5% of it (bench/RESULTS.md).
 const std::vector<FastBilinearVariant>& bilinear_variants() {
   static const std::vector<FastBilinearVariant> list = {
       make_bilinear_variant<8, 2, 2, 8, 1>(),
