@@ -46,7 +46,7 @@ namespace {
 
 constexpr int kWarp = 32;          // origins along x per block: the window's columns, one per lane
 constexpr int kMaxChunk = 8;       // exposures interpolated along x per barrier
-constexpr int kSlots = 8;          // window rows per warp whose loads overlap the previous y pass
+constexpr int kMaxSlots = 8;       // window rows per warp whose loads overlap the previous y pass
 constexpr int kPlaneThreadsX = 32;  // the planes pass: one thread per pixel
 constexpr int kPlaneThreadsY = 8;
 
@@ -83,6 +83,7 @@ struct FastBilinearParams {
   int groups;
   int chunk;       // exposures per x pass
   int rows_max;    // window rows reserved per exposure (the largest over packets)
+  int slots;       // raw window rows per warp copied ahead (<= kMaxSlots)
 };
 
 template <StorageCode S>
@@ -120,13 +121,13 @@ __global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kern
   constexpr int rows_per_block = NWY * RY;
   constexpr int packet_vy = NWV * VT;
 
-  // Shared memory: the warps' raw rows [warp][kSlots]; then per buffer (2) and exposure slot
+  // Shared memory: the warps' raw rows [warp][P.slots]; then per buffer (2) and exposure slot
   // (chunk) the interpolated window, (Ra, Rb) pairs [rows_max][32] and S [rows_max][32]; then the
   // y weights [buffer][exposure slot][packet_vy].
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   __shared__ LocalDigest scratch[warps];
   RawRow* raw_rows = reinterpret_cast<RawRow*>(shared_bytes);
-  float* windows = reinterpret_cast<float*>(raw_rows + warps * kSlots);
+  float* windows = reinterpret_cast<float*>(raw_rows + warps * P.slots);
   const int pair_floats = 2 * P.rows_max * kWarp;     // the (Ra, Rb) plane of one window
   const int slot_floats = 3 * P.rows_max * kWarp;     // one window: pairs, then S
   YWeights* y_weights = reinterpret_cast<YWeights*>(windows + 2 * P.chunk * slot_floats);
@@ -148,8 +149,14 @@ __global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kern
   const int chunks = (E + P.chunk - 1) / P.chunk;
   const std::size_t plane_pixels = std::size_t(planes.rect.height) * planes.pitch;
 
-  LocalDigest digest;
-  TopKBound bound[RY];
+  // The thread's digest and top-k bounds live in shared memory: they are touched once per trial,
+  // and in registers they would cost the main loop 12 + 2 RY of them.
+  __shared__ LocalDigest digests[threads];
+  __shared__ TopKBound bounds[RY][threads];
+  LocalDigest& digest = digests[tid];
+  digest = LocalDigest{};
+#pragma unroll
+  for (int j = 0; j < RY; ++j) bounds[j][tid] = TopKBound{};
 
   for (int p = first; p < last; ++p) {
     const int gx = p % t.x_groups, gy = p / t.x_groups;
@@ -169,18 +176,18 @@ __global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kern
 
     // The x pass of one chunk, in two halves so that the reads of the next chunk are in flight
     // during this chunk's y pass: copy_rows() starts asynchronous copies of this warp's first
-    // kSlots window rows into its raw slots (no registers held), store_rows() interpolates them,
+    // P.slots window rows into its raw slots (no registers held), store_rows() interpolates them,
     // and any further rows read there and then, into buffer `buf`. A warp takes whole window
     // rows (r = warp_id, warp_id + warps, ... of each exposure in turn), a column per lane.
-    RawRow* own_rows = raw_rows + warp_id * kSlots;
+    RawRow* own_rows = raw_rows + warp_id * P.slots;
     auto copy_rows = [&](int ch) {
       const int e0 = ch * P.chunk, count = min(P.chunk, E - e0);
       int k = 0;
-      for (int c = 0; c < count && k < kSlots; ++c) {
+      for (int c = 0; c < count && k < P.slots; ++c) {
         const int e = e0 + c, X = lane_column(e);
         const bool in_x = static_cast<unsigned>(X) < static_cast<unsigned>(planes.rect.width);
         const bool right_x = static_cast<unsigned>(X + 1) < static_cast<unsigned>(planes.rect.width);
-        for (int r = warp_id; r < rows && k < kSlots; r += warps, ++k) {
+        for (int r = warp_id; r < rows && k < P.slots; r += warps, ++k) {
           const long long start = row_start(e, r);
           // Outside the planes a copy fills zeros and reads nothing (from a valid address).
           const bool in = start >= 0 && in_x, right = start >= 0 && right_x;
@@ -208,7 +215,7 @@ __global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kern
         for (int r = warp_id; r < rows; r += warps, ++k) {
           float4 q, right;
           float d;
-          if (k < kSlots) {
+          if (k < P.slots) {
             q = own_rows[k].values[lane];
             right = own_rows[k].values[lane + 1];
             d = own_rows[k].diagonal[lane];
@@ -299,11 +306,11 @@ __global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kern
 #pragma unroll
       for (int k = 0; k < VT; ++k)
         if (warp_v * VT + k < nb)
-          finish_trial(out, digest, A[k][j], B[k][j], x, y, (v_first + k) * t.vx_count + a, list, &bound[j]);
+          finish_trial(out, digest, A[k][j], B[k][j], x, y, (v_first + k) * t.vx_count + a, list, &bounds[j][tid]);
     }
   }
   const long long key = block_key(out, group, block_x0, block_y0, kWarp, rows_per_block);
-  write_block_digest(out, digest, key, scratch);
+  write_block_digest(out, LocalDigest(digest), key, scratch);
 }
 
 using FastBilinearKernel = void (*)(FastBilinearParams);
@@ -324,14 +331,15 @@ FastBilinearVariant make_bilinear_variant() {
   return FastBilinearVariant{name, RY, VT, NWY, NWV, MinBlocks, fast_bilinear_kernel<RY, VT, NWY, NWV, MinBlocks>};
 }
 
-// In the automatic choice's order: the fastest on `dense` (H200), then one of two blocks per
-// multiprocessor, then other shapes measured within 5% of it (bench/RESULTS.md).
+// In the automatic choice's order: the fastest on `dense` (H200: 24 vy per x pass), then the
+// next fastest shapes, the last one of two blocks per multiprocessor and less shared memory
+// (bench/RESULTS.md).
 const std::vector<FastBilinearVariant>& bilinear_variants() {
   static const std::vector<FastBilinearVariant> list = {
+      make_bilinear_variant<8, 3, 2, 8, 1>(),
       make_bilinear_variant<8, 2, 2, 8, 1>(),
-      make_bilinear_variant<4, 4, 2, 4, 2>(),
       make_bilinear_variant<8, 2, 1, 11, 1>(),
-      make_bilinear_variant<4, 4, 4, 4, 1>(),
+      make_bilinear_variant<4, 4, 2, 4, 2>(),
   };
   return list;
 }
@@ -339,7 +347,7 @@ const std::vector<FastBilinearVariant>& bilinear_variants() {
 struct BilinearPlan {
   const FastBilinearVariant* variant = nullptr;
   std::string problem;
-  int chunk = 0, rows_max = 0, shared_bytes = 0;
+  int chunk = 0, rows_max = 0, shared_bytes = 0, slots = 0;
 };
 
 int shared_memory_per_multiprocessor() {
@@ -353,22 +361,29 @@ BilinearPlan plan_bilinear(const FastBilinearVariant& v, const AxisRuns& y_runs)
   BilinearPlan plan;
   plan.variant = &v;
   plan.rows_max = v.rows_per_block() + y_runs.max_span + 1;
+  const int warps = v.threads() / kWarp;
   const int slot_bytes = 3 * plan.rows_max * kWarp * int(sizeof(float)) + v.packet_vy() * int(sizeof(YWeights));
-  // Shared memory for min_blocks blocks per multiprocessor (1 KB per block is the driver's own).
-  const int static_bytes = int(sizeof(LocalDigest)) * v.threads() / kWarp + 1024;
-  const int per_block = std::min(max_shared_memory_per_block(),
-                                 shared_memory_per_multiprocessor() / v.min_blocks - static_bytes);
-  const int raw_bytes = int(sizeof(RawRow)) * kSlots * (v.threads() / kWarp);
+  cudaFuncAttributes attributes{};
+  SHIFTSTACK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, v.kernel));
+  // Dynamic shared memory for min_blocks blocks per multiprocessor, beside the kernel's static
+  // arrays and the 1 KB per block the driver reserves.
+  const int static_bytes = int(attributes.sharedSizeBytes);
+  const int per_block = std::min(max_shared_memory_per_block() - static_bytes,
+                                 shared_memory_per_multiprocessor() / v.min_blocks - static_bytes - 1024);
+  // The most raw rows per warp that leave room for two windows of one exposure.
+  for (plan.slots = kMaxSlots; plan.slots > 0; --plan.slots)
+    if (per_block - int(sizeof(RawRow)) * plan.slots * warps >= 2 * slot_bytes) break;
+  const int raw_bytes = int(sizeof(RawRow)) * plan.slots * warps;
   const int fitting = (per_block - raw_bytes) / (2 * slot_bytes);
-  // As many exposures as the prefetch slots hold (beyond them rows load without overlap).
-  const int prefetched = kSlots * (v.threads() / kWarp) / plan.rows_max;
+  // As many exposures as the copied rows hold (beyond them rows load without overlap).
+  const int prefetched = plan.slots * warps / plan.rows_max;
   plan.chunk = std::min({kMaxChunk, fitting, std::max(1, prefetched)});
-  if (plan.chunk < 1) {
+  if (plan.slots < 1 || plan.chunk < 1) {
     plan.problem = "the packet's window (" + std::to_string(plan.rows_max) +
                    " rows) does not fit in shared memory twice";
     return plan;
   }
-  plan.shared_bytes = 2 * plan.chunk * slot_bytes + int(sizeof(RawRow)) * kSlots * (v.threads() / kWarp);
+  plan.shared_bytes = 2 * plan.chunk * slot_bytes + raw_bytes;
   return plan;
 }
 
@@ -472,6 +487,7 @@ class FastBilinearMethod final : public GatherMethod {
     params.groups = groups_;
     params.chunk = plan_.chunk;
     params.rows_max = plan_.rows_max;
+    params.slots = plan_.slots;
     const FastBilinearVariant& v = *plan_.variant;
     const dim3 grid((out.tile_width + kWarp - 1) / kWarp, (out.tile_height + v.rows_per_block() - 1) / v.rows_per_block(),
                     groups_);
