@@ -176,17 +176,11 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
   int* offsets = reinterpret_cast<int*>(staged + 2 * P.chunk * window_bytes);
   float2* weights = reinterpret_cast<float2*>(offsets + 2 * max_chunk * packet);
 
-  const int tid = threadIdx.x, lane = tid & 31, warp_id = tid >> 5;
-  const int warp_y = warp_id % NWY, warp_v = warp_id / NWY;
-  const int group = blockIdx.z;
-  const int block_x0 = out.tile_x0 + blockIdx.x * warp_size;
-  const int block_y0 = out.tile_y0 + blockIdx.y * rows_per_block;
-  const int x = block_x0 + lane;
-  const int y0 = block_y0 + warp_y * RY;
+  const PacketThread<NWY, RY> me(out, t, P.groups);
+  const int tid = me.tid, lane = me.lane, warp_y = me.warp_y, warp_v = me.warp_v, group = me.group;
+  const int block_x0 = me.block_x0, block_y0 = me.block_y0, x = me.x, y0 = me.y0;
+  const int first = me.first, last = me.last;
   const int E = t.exposures;
-  const int packets = t.x_groups * t.y_groups;
-  const int first = int((long long)packets * group / P.groups);
-  const int last = int((long long)packets * (group + 1) / P.groups);
   const int chunks = (E + P.chunk - 1) / P.chunk;
 
   LocalDigest digest;

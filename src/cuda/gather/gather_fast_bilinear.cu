@@ -135,17 +135,11 @@ __global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kern
   const PacketTables& t = P.t;
   const ScanOutputs& out = P.out;
 
-  const int tid = threadIdx.x, lane = tid & 31, warp_id = tid >> 5;
-  const int warp_y = warp_id % NWY, warp_v = warp_id / NWY;
-  const int group = blockIdx.z;
-  const int block_x0 = out.tile_x0 + blockIdx.x * kWarp;
-  const int block_y0 = out.tile_y0 + blockIdx.y * rows_per_block;
-  const int x = block_x0 + lane;
-  const int y0 = block_y0 + warp_y * RY;
+  const PacketThread<NWY, RY> me(out, t, P.groups);
+  const int tid = me.tid, lane = me.lane, warp_id = me.warp_id, warp_y = me.warp_y, warp_v = me.warp_v;
+  const int group = me.group, block_x0 = me.block_x0, block_y0 = me.block_y0, x = me.x, y0 = me.y0;
+  const int first = me.first, last = me.last;
   const int E = t.exposures;
-  const int packets = t.x_groups * t.y_groups;
-  const int first = int((long long)packets * group / P.groups);
-  const int last = int((long long)packets * (group + 1) / P.groups);
   const int chunks = (E + P.chunk - 1) / P.chunk;
   const std::size_t plane_pixels = std::size_t(planes.rect.height) * planes.pitch;
 

@@ -134,6 +134,31 @@ inline int neighbour_spread(const std::vector<std::int32_t>& table, int values, 
   return spread;
 }
 
+// Where a thread of a packet kernel sits: a block owns 32 origin columns (a lane each) and
+// NWY x RY origin rows, its warps are laid out NWY along rows by the rest along vy, and velocity
+// group blockIdx.z runs packets [first, last).
+template <int NWY, int RY>
+struct PacketThread {
+  int tid, lane, warp_id, warp_y, warp_v, group;
+  int block_x0, block_y0, x, y0;  // the block's first origin; this thread's column and first row
+  int first, last;
+  __device__ PacketThread(const ScanOutputs& out, const PacketTables& t, int groups) {
+    tid = threadIdx.x;
+    lane = tid & 31;
+    warp_id = tid >> 5;
+    warp_y = warp_id % NWY;
+    warp_v = warp_id / NWY;
+    group = blockIdx.z;
+    block_x0 = out.tile_x0 + blockIdx.x * 32;
+    block_y0 = out.tile_y0 + blockIdx.y * (NWY * RY);
+    x = block_x0 + lane;
+    y0 = block_y0 + warp_y * RY;
+    const int packets = t.x_groups * t.y_groups;
+    first = int((long long)packets * group / groups);
+    last = int((long long)packets * (group + 1) / groups);
+  }
+};
+
 // Splits `packets` into groups of consecutive packets, each run by its own blocks, so that a
 // small image still fills the card; at most max_groups (each group adds top-k lists to merge).
 inline int velocity_groups(int packets, long long origin_blocks, int multiprocessors, int blocks_per_sm,
