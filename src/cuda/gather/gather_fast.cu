@@ -280,16 +280,7 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
       }
     };
 
-    load_chunk(0);
-    store_chunk(0, 0);
-    __syncthreads();
-    for (int ch = 0; ch < chunks; ++ch) {
-      const int buf = ch & 1;
-      if (ch + 1 < chunks) load_chunk(ch + 1);
-      accumulate(ch, buf);
-      if (ch + 1 < chunks) store_chunk(ch + 1, buf ^ 1);
-      __syncthreads();
-    }
+    stream_chunks(chunks, load_chunk, accumulate, store_chunk);
 
     if (v_active) {
       const int b = b0 + warp_v;

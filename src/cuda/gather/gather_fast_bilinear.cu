@@ -277,18 +277,8 @@ __global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kern
       }
     };
 
-    copy_rows(0);
-    store_rows(0, 0);
-    __syncthreads();
-    for (int ch = 0; ch < chunks; ++ch) {
-      const int buf = ch & 1;
-      // The raw slots were last read by store_rows() before the previous barrier.
-      if (ch + 1 < chunks) copy_rows(ch + 1);
-      interpolate_y(ch, buf);
-      // Buffer buf ^ 1 was last read by the previous chunk's y pass, which the barrier closed.
-      if (ch + 1 < chunks) store_rows(ch + 1, buf ^ 1);
-      __syncthreads();
-    }
+    // copy_rows() reuses the raw slots, which store_rows() last read before the previous barrier.
+    stream_chunks(chunks, copy_rows, interpolate_y, store_rows);
 
     const int v_first = b0 + warp_v * VT;
 #pragma unroll

@@ -159,6 +159,23 @@ struct PacketThread {
   }
 };
 
+// The packet kernels' exposure pipeline, double-buffered with one barrier per chunk: chunk ch + 1
+// is read (load) while chunk ch is summed from buffer ch & 1 (sum), then written into the other
+// buffer (store), which the previous chunk's sum stopped reading at the last barrier.
+template <typename Load, typename Sum, typename Store>
+__device__ inline void stream_chunks(int chunks, Load&& load, Sum&& sum, Store&& store) {
+  load(0);
+  store(0, 0);
+  __syncthreads();
+  for (int ch = 0; ch < chunks; ++ch) {
+    const int buf = ch & 1;
+    if (ch + 1 < chunks) load(ch + 1);
+    sum(ch, buf);
+    if (ch + 1 < chunks) store(ch + 1, buf ^ 1);
+    __syncthreads();
+  }
+}
+
 // Splits `packets` into groups of consecutive packets, each run by its own blocks, so that a
 // small image still fills the card; at most max_groups (each group adds top-k lists to merge).
 inline int velocity_groups(int packets, long long origin_blocks, int multiprocessors, int blocks_per_sm,
