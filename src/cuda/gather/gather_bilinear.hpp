@@ -28,7 +28,8 @@ std::vector<std::string> fast_bilinear_variant_names();
 // `variant` is empty); otherwise why not.
 std::string fast_bilinear_problem(const SearchInput& input, const std::string& variant);
 
-// The whole search with cuda-fast's bilinear kernel; `ran` receives the variant's name.
+// The whole search with cuda-fast's bilinear kernel, the named variant or the first that fits;
+// with no name and no variant fitting, cuda-tiled's kernel. `ran` receives the kernel's name.
 SearchResult run_fast_bilinear(const SearchInput& input, GatherWorkspace& workspace, const std::string& variant,
                                std::string* ran);
 

@@ -408,7 +408,23 @@ bool fractional_kernel_name(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-// The fractional kernel forced or preferred by name (SHIFTSTACK_FAST_PREFER), "" for the automatic choice.
+// The names in the environment variable SHIFTSTACK_FAST_PREFER (comma-separated, in order; an
+// empty entry stays an empty name).
+std::vector<std::string> preferred_names() {
+  std::vector<std::string> names;
+  if (const char* prefer = std::getenv("SHIFTSTACK_FAST_PREFER")) {
+    const std::string list = prefer;
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t end = std::min(list.find(',', start), list.size());
+      names.push_back(list.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  return names;
+}
+
+// The fractional kernel forced or preferred by name, "" for the automatic choice.
 std::string fractional_choice() {
   std::string forced;
   {
@@ -416,16 +432,8 @@ std::string fractional_choice() {
     forced = forced_variant();
   }
   if (fractional_kernel_name(forced)) return forced;
-  if (const char* prefer = std::getenv("SHIFTSTACK_FAST_PREFER")) {
-    const std::string list = prefer;
-    std::size_t start = 0;
-    while (start <= list.size()) {
-      const std::size_t end = std::min(list.find(',', start), list.size());
-      const std::string name = list.substr(start, end - start);
-      if (fractional_kernel_name(name)) return name;
-      start = end + 1;
-    }
-  }
+  for (const std::string& name : preferred_names())
+    if (fractional_kernel_name(name)) return name;
   return {};
 }
 
@@ -434,21 +442,14 @@ std::string fractional_choice() {
 // the fractional kernels are skipped here (fractional_choice() reads them).
 std::vector<const FastVariant*> preference_order() {
   std::vector<const FastVariant*> order;
-  if (const char* prefer = std::getenv("SHIFTSTACK_FAST_PREFER")) {
-    std::string list = prefer;
-    std::size_t start = 0;
-    while (start <= list.size()) {
-      const std::size_t end = std::min(list.find(',', start), list.size());
-      const std::string name = list.substr(start, end - start);
-      bool known = name.empty() || fractional_kernel_name(name);
-      for (const FastVariant& v : variants())
-        if (v.info.name == name) {
-          order.push_back(&v);
-          known = true;
-        }
-      require(known, "SHIFTSTACK_FAST_PREFER names an unknown cuda-fast variant '" + name + "'");
-      start = end + 1;
-    }
+  for (const std::string& name : preferred_names()) {
+    bool known = name.empty() || fractional_kernel_name(name);
+    for (const FastVariant& v : variants())
+      if (v.info.name == name) {
+        order.push_back(&v);
+        known = true;
+      }
+    require(known, "SHIFTSTACK_FAST_PREFER names an unknown cuda-fast variant '" + name + "'");
   }
   for (const FastVariant& v : variants())
     if (std::find(order.begin(), order.end(), &v) == order.end()) order.push_back(&v);
@@ -572,11 +573,8 @@ class FastEngine final : public Engine {
     if (input.bank->mode == ShiftMode::fractional) {
       const std::string choice = fractional_choice();
       std::string ran = tiled_bilinear_name();
-      SearchResult result;
-      if (choice == tiled_bilinear_name() || (choice.empty() && !fast_bilinear_problem(input, "").empty()))
-        result = run_tiled_bilinear(input, workspace_);
-      else
-        result = run_fast_bilinear(input, workspace_, choice, &ran);
+      SearchResult result = choice == tiled_bilinear_name() ? run_tiled_bilinear(input, workspace_)
+                                                            : run_fast_bilinear(input, workspace_, choice, &ran);
       std::lock_guard guard(variant_lock());
       last_variant() = ran;
       return result;

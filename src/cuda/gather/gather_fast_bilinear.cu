@@ -377,8 +377,8 @@ const FastBilinearVariant* named_variant(const std::string& name) {
   return nullptr;
 }
 
-// floor(s) and s - floor(s) per axis value and exposure, from the same s (computed as the host's
-// floor_shifts computes it).
+// floor(s) and s - floor(s) per axis value and exposure, both from the one s computed here (a
+// floor taken from another computation of s could sit on the other side of an integer).
 struct BilinearShifts {
   SeparableShifts floors;
   std::vector<float> x_frac, y_frac;
@@ -423,19 +423,18 @@ BilinearPlan choose_bilinear(const MotionBank& bank, const SeparableShifts& floo
 
 class FastBilinearMethod final : public GatherMethod {
  public:
-  explicit FastBilinearMethod(const FastBilinearVariant* forced) : forced_(forced) {}
+  // `plan` is choose_bilinear()'s for this bank, from these shifts.
+  FastBilinearMethod(BilinearShifts shifts, BilinearPlan plan) : shifts_(std::move(shifts)), plan_(std::move(plan)) {}
 
   GatherGeometry prepare(const SearchInput& input) override {
     const MotionBank& bank = *input.bank;
-    const BilinearShifts shifts = bilinear_shifts(bank);
-    plan_ = choose_bilinear(bank, shifts.floors, forced_);
-    require(plan_.problem.empty(), "cuda-fast's bilinear kernel cannot run this bank: " + plan_.problem);
+    const BilinearShifts& shifts = shifts_;
     const FastBilinearVariant& v = *plan_.variant;
     packets_.build(bank, shifts.floors, 1, v.packet_vy());
     x_frac_.upload(shifts.x_frac);
     y_frac_.upload(shifts.y_frac);
     shift_tables_.upload(bank);  // FP64 positions for the obs_count pass, as the reference
-    encoding_ = input.stack->encoding;
+    upload_bytes_per_pixel_ = input.stack->bytes_per_pair() + sizeof(float4);  // pairs and covariances
 
     SHIFTSTACK_CUDA_CHECK(
         cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan_.shared_bytes));
@@ -481,23 +480,20 @@ class FastBilinearMethod final : public GatherMethod {
 
   // The planes beside the upload: 20 bytes per pixel against the upload's pairs and covariances.
   double stack_copies() const override {
-    const double upload = (encoding_ == Encoding::fp32 ? 8.0 : encoding_ == Encoding::fp16 ? 4.0 : 2.0) + 16.0;
-    return 1.0 + (sizeof(float4) + sizeof(float)) / upload;
+    return 1.0 + double(sizeof(float4) + sizeof(float)) / double(upload_bytes_per_pixel_);
   }
 
   ShiftSource shifts() const override { return shift_tables_.source(); }
 
-  const std::string& variant_name() const { return plan_.variant->name; }
-
  private:
-  const FastBilinearVariant* forced_;
+  BilinearShifts shifts_;
   BilinearPlan plan_;
   PacketTableSet packets_;
   DeviceArray<float> x_frac_, y_frac_;
   Fp64ShiftTables shift_tables_;
   DeviceArray<float4> values_;
   DeviceArray<float> diagonal_;
-  Encoding encoding_ = Encoding::fp32;
+  std::size_t upload_bytes_per_pixel_ = 1;
   int groups_ = 1;
 };
 
@@ -520,12 +516,21 @@ std::string fast_bilinear_problem(const SearchInput& input, const std::string& v
 
 SearchResult run_fast_bilinear(const SearchInput& input, GatherWorkspace& workspace, const std::string& variant,
                                std::string* ran) {
-  const std::string problem = fast_bilinear_problem(input, variant);
-  require(problem.empty(), "cuda-fast's bilinear kernel cannot run this input: " + problem);
-  FastBilinearMethod method(variant.empty() ? nullptr : named_variant(variant));
-  SearchResult result = run_gather(method, input, workspace);
-  if (ran) *ran = method.variant_name();
-  return result;
+  const std::string problem = tiled_bilinear_problem(input);
+  require(problem.empty(), problem);
+  const FastBilinearVariant* forced = variant.empty() ? nullptr : named_variant(variant);
+  require(variant.empty() || forced, "no cuda-fast bilinear variant named '" + variant + "'");
+  BilinearShifts shifts = bilinear_shifts(*input.bank);
+  BilinearPlan plan = choose_bilinear(*input.bank, shifts.floors, forced);
+  if (!plan.problem.empty() && !forced) {
+    // No variant's window fits this bank: cuda-tiled's kernel, whose packets shrink to one velocity.
+    if (ran) *ran = tiled_bilinear_name();
+    return run_tiled_bilinear(input, workspace);
+  }
+  require(plan.problem.empty(), "cuda-fast's bilinear kernel cannot run this input: " + plan.problem);
+  if (ran) *ran = plan.variant->name;
+  FastBilinearMethod method(std::move(shifts), std::move(plan));
+  return run_gather(method, input, workspace);
 }
 
 }  // namespace shiftstack::cuda
