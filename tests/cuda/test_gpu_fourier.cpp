@@ -71,7 +71,13 @@ const Case& case_for(const std::string& workload_name, Encoding encoding, const 
     if (workload_name == "tiny-fractional") o.shift_mode = ShiftMode::fractional;
     c.kit = make_kit(o);
   } else {
-    c.kit = make_kit(workload(workload_name));
+    // "<workload>-fractional": the kit workload with bilinear shifts.
+    const std::string suffix = "-fractional";
+    const bool fractional = workload_name.size() > suffix.size() &&
+                            workload_name.compare(workload_name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    KitOptions o = workload(fractional ? workload_name.substr(0, workload_name.size() - suffix.size()) : workload_name);
+    if (fractional) o.shift_mode = ShiftMode::fractional;
+    c.kit = make_kit(o);
   }
   c.stack = encode_kit(c.kit, encoding);
   auto engine = make_engine(reference_engine);
@@ -265,6 +271,73 @@ TEST(GpuFourier, FractionalShiftsMatchReference) {
   }
 }
 
+// Fractional shifts on cuda-tc (FP16 operands: the reduced tolerances of SPEC 4): bilinear A
+// and the exact B through the three x tables and the covariance channels, against the reference
+// gather. The tiny stack (one column tile, top-k, regions) is small enough for compute-sanitizer;
+// TensorCoreFractionalShifts below covers every encoding of `ci` and `dense` (nine column tiles)
+// against the exact FP32 bilinear gather where cuda-fast is built.
+TEST(GpuFourier, TensorCoreFractionalTinyStack) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const DigestTolerance tol = tolerance_for("cuda-tc");
+  auto reference = make_engine("reference");
+  auto engine = make_engine("cuda-tc");
+  {
+    const Case& c = case_for("tiny-fractional", Encoding::fp32, "reference");
+    OutputPolicy policy = listing_policy(c.reference.digest.z_thr);
+    policy.top_k = 4;
+    const SearchResult ref = search(*reference, c.stack, c.kit.bank, policy);
+    const SearchResult r = search(*engine, c.stack, c.kit.bank, policy);
+    Case view{c.kit, {}, ref, c.near_threshold};
+    expect_agreement("cuda-tc", view, r, tol);
+    EXPECT_EQ(diagnostics_of(*engine).clamped_trials, 0);
+    ASSERT_EQ(r.top_k.size(), ref.top_k.size());
+    std::size_t compared = 0;
+    for (std::size_t i = 0; i < r.top_k.size(); ++i) {
+      const Candidate &a = r.top_k[i], &b = ref.top_k[i];
+      if (a.velocity != b.velocity || !std::isfinite(b.Z)) continue;  // near-ties may swap
+      ++compared;
+      EXPECT_NEAR(a.Z, b.Z, 2e-3) << "top-k entry " << i;
+      EXPECT_NEAR(a.B, b.B, 2e-3 * b.B) << "top-k entry " << i;
+      EXPECT_EQ(a.obs_count, b.obs_count) << "top-k entry " << i;
+    }
+    EXPECT_GT(compared, r.top_k.size() / 2);
+    for (const Region& part : {Region{30, 26, 34, 22}, Region{0, 0, 24, 20}}) {
+      const SearchResult sub = search(*engine, c.stack, c.kit.bank, OutputPolicy{}, part);
+      const SearchResult sub_ref = search(*reference, c.stack, c.kit.bank, OutputPolicy{}, part);
+      for (const auto& f : compare(sub_ref.digest, sub.digest, tol).failures)
+        ADD_FAILURE() << "region at (" << part.x0 << ", " << part.y0 << "): " << f;
+      EXPECT_EQ(sub.digest.scored, sub_ref.digest.scored);
+    }
+    // Only the mma.sync kernel holds the fractional products: forcing wgmma is an error.
+    setenv("SHIFTSTACK_TC_KERNEL", "wgmma", 1);
+    auto forced = make_engine("cuda-tc");
+    EXPECT_THROW(search(*forced, c.stack, c.kit.bank), Error);
+    unsetenv("SHIFTSTACK_TC_KERNEL");
+  }
+}
+
+TEST(GpuFourier, TensorCoreFractionalShifts) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const DigestTolerance tol = tolerance_for("cuda-tc");
+  auto engine = make_engine("cuda-tc");
+  for (Encoding encoding : all_encodings()) {
+    SCOPED_TRACE(to_string(encoding));
+    const Case& c = case_for("ci-fractional", encoding, "reference");
+    const SearchResult r = search(*engine, c.stack, c.kit.bank, listing_policy(c.reference.digest.z_thr));
+    expect_agreement("cuda-tc", c, r, tol);
+    EXPECT_EQ(diagnostics_of(*engine).clamped_trials, 0);
+  }
+  if (find_info("cuda-fast") && find_info("cuda-fast")->available()) {
+    const Case& c = case_for("dense-fractional", Encoding::fp32, "cuda-fast");
+    const SearchResult r = search(*engine, c.stack, c.kit.bank, listing_policy(c.reference.digest.z_thr));
+    expect_agreement("cuda-tc", c, r, tol);
+    EXPECT_EQ(diagnostics_of(*engine).clamped_trials, 0);
+    const cuda::SpectralDiagnostics& d = diagnostics_of(*engine);
+    std::printf("  dense fractional: contraction %.2f ms (%.1f TFLOP/s useful), scan %.2f ms, %lld trials gathered exactly\n",
+                d.times.contraction_ms, d.contraction_tflops(), d.times.total_ms, (long long)d.recomputed_trials);
+  }
+}
+
 // Every trial's FFT-route B declared untrusted (SHIFTSTACK_FOURIER_EXACT_BELOW far above any B):
 // every scored trial is then gathered exactly by the recompute kernel, more of them than its
 // first list holds (the scan reruns with a longer one), and the digest and the candidate list
@@ -319,7 +392,7 @@ TEST(GpuFourier, RefusesWhatItCannotComputeExactly) {
   for (const std::string& name : kEngines) {
     auto engine = make_engine(name);
     for (const MotionBank* bank : {&listed, &fractional}) {
-      if (bank == &fractional && name == "cuda-fourier") continue;  // computes them (test above)
+      if (bank == &fractional && name != "cuda-gemm") continue;  // computed (tests above and below)
       SearchInput input{&c.stack, bank, resolve({}, c.stack.width, c.stack.height), OutputPolicy{}};
       EXPECT_FALSE(engine->unsupported_reason(input).empty()) << name;
       EXPECT_THROW(engine->search(input), Error) << name;

@@ -188,19 +188,24 @@ __global__ void covariance_planes_kernel(const float* covariances, const float* 
   }
 }
 
-// Largest |spectrum| per frequency and channel over exposures. Threads over frequencies.
+// Largest |spectrum| per frequency over exposures: channel 0 (psi) and the B side, which is phi
+// alone for integer shifts and phi with the covariance channels 2..b_channels for fractional ones
+// (their products share one accumulator, hence one scale). Threads over frequencies.
 __global__ void spectrum_scale_kernel(const float2* spectra, int exposures, std::int64_t frequencies,
-                                      float* scales) {
+                                      int b_channels, float* scales) {
   const std::int64_t f = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (f >= frequencies) return;
-  for (int c = 0; c < 2; ++c) {
+  for (int side = 0; side < 2; ++side) {
     float largest = 0;
-    const float2* base = spectra + std::size_t(c) * exposures * frequencies + f;
-    for (int e = 0; e < exposures; ++e) {
-      const float2 z = base[std::size_t(e) * frequencies];
-      largest = fmaxf(largest, z.x * z.x + z.y * z.y);
+    const int first = side, last = side == 0 ? 0 : b_channels;
+    for (int c = first; c <= last; ++c) {
+      const float2* base = spectra + std::size_t(c) * exposures * frequencies + f;
+      for (int e = 0; e < exposures; ++e) {
+        const float2 z = base[std::size_t(e) * frequencies];
+        largest = fmaxf(largest, z.x * z.x + z.y * z.y);
+      }
     }
-    scales[std::size_t(c) * frequencies + f] = largest > 0 ? sqrtf(largest) : 1.0f;
+    scales[std::size_t(side) * frequencies + f] = largest > 0 ? sqrtf(largest) : 1.0f;
   }
 }
 
@@ -232,6 +237,46 @@ __global__ void pack_half_spectra_kernel(const float2* spectra, const float* sca
     if (f < frequencies && e < exposures_padded) {
       const std::int64_t mx = f / nyh, my = f % nyh;
       half_spectra[(std::size_t(mx) * nyh_padded + my) * exposures_padded + e] = tile[tx][i];
+    }
+  }
+}
+
+// Fractional shifts: the covariance channels (2 right, 3 down, 4 diagonals) in FP16 over the
+// B-side scale, transposed like pack_half_spectra_kernel: (right, down) pairs and diagonals.
+__global__ void pack_half_covariances_kernel(const float2* spectra, const float* scales, int exposures,
+                                             int exposures_padded, std::int64_t frequencies, int nyh,
+                                             int nyh_padded, uint2* half_covariances, __half2* half_diagonals) {
+  __shared__ uint2 pairs[kTile][kTile + 1];
+  __shared__ __half2 diagonals[kTile][kTile + 1];
+  const std::int64_t f0 = std::int64_t(blockIdx.x) * kTile;
+  const int e0 = blockIdx.y * kTile, tx = threadIdx.x, ty = threadIdx.y;
+  const std::size_t channel = std::size_t(exposures) * frequencies;
+  for (int j = ty; j < kTile; j += blockDim.y) {
+    const std::int64_t f = f0 + tx;
+    const int e = e0 + j;
+    uint2 packed = make_uint2(0, 0);
+    __half2 diagonal = __floats2half2_rn(0.0f, 0.0f);
+    if (f < frequencies && e < exposures) {
+      const std::size_t at = std::size_t(e) * frequencies + f;
+      const float sb = scales[frequencies + f];
+      const float2 right = spectra[2 * channel + at], down = spectra[3 * channel + at],
+                   diag = spectra[4 * channel + at];
+      packed.x = half2_bits(__floats2half2_rn(right.x / sb, right.y / sb));
+      packed.y = half2_bits(__floats2half2_rn(down.x / sb, down.y / sb));
+      diagonal = __floats2half2_rn(diag.x / sb, diag.y / sb);
+    }
+    pairs[j][tx] = packed;
+    diagonals[j][tx] = diagonal;
+  }
+  __syncthreads();
+  for (int i = ty; i < kTile; i += blockDim.y) {
+    const std::int64_t f = f0 + i;
+    const int e = e0 + tx;
+    if (f < frequencies && e < exposures_padded) {
+      const std::int64_t mx = f / nyh, my = f % nyh;
+      const std::size_t at = (std::size_t(mx) * nyh_padded + my) * exposures_padded + e;
+      half_covariances[at] = pairs[tx][i];
+      half_diagonals[at] = diagonals[tx][i];
     }
   }
 }
@@ -279,13 +324,26 @@ void pack_half_spectra(SpectralState& s, int vb_granularity) {
     SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_spectra.data(), 0, s.half_spectra.bytes(), s.stream));
   }
   spectrum_scale_kernel<<<unsigned((F + 255) / 256), 256, 0, s.stream>>>(s.spectra.data(), s.exposures, F,
-                                                                           s.scales.data());
+                                                                           s.fractional ? 4 : 1, s.scales.data());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   const dim3 block(kTile, 8), grid(unsigned((F + kTile - 1) / kTile), s.exposures_padded / kTile);
   pack_half_spectra_kernel<<<grid, block, 0, s.stream>>>(s.spectra.data(), s.scales.data(), s.exposures,
                                                          s.exposures_padded, F, g.nyh, s.nyh_padded,
                                                          s.half_spectra.data());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  if (s.fractional) {
+    const std::size_t samples = std::size_t(g.nx) * s.nyh_padded * s.exposures_padded;
+    const bool fresh_pairs = s.half_covariances.reserve(samples);
+    const bool fresh_diagonals = s.half_diagonals.reserve(samples);
+    if (fresh_pairs || fresh_diagonals || s.nyh_padded != g.nyh) {
+      SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_covariances.data(), 0, s.half_covariances.bytes(), s.stream));
+      SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_diagonals.data(), 0, s.half_diagonals.bytes(), s.stream));
+    }
+    pack_half_covariances_kernel<<<grid, block, 0, s.stream>>>(s.spectra.data(), s.scales.data(), s.exposures,
+                                                               s.exposures_padded, F, g.nyh, s.nyh_padded,
+                                                               s.half_covariances.data(), s.half_diagonals.data());
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
 
   // sy - min_sy per (b, e), zero in the padding rows and columns.
   s.vb_padded = (s.vb + vb_granularity - 1) / vb_granularity * vb_granularity;
@@ -294,6 +352,15 @@ void pack_half_spectra(SpectralState& s, int vb_granularity) {
     for (int e = 0; e < s.exposures; ++e)
       rel[std::size_t(b) * s.exposures_padded + e] = s.shifts.y[std::size_t(b) * s.exposures + e] - g.min_sy;
   s.shift_y_rel.upload(rel, s.stream);
+  if (s.fractional) {
+    // The y fractions s - floor(s) laid out like shift_y_rel (0 in the padding).
+    const std::vector<float>& fy = s.frac_y_host;
+    std::vector<float> padded(std::size_t(s.vb_padded) * s.exposures_padded, 0.0f);
+    for (int b = 0; b < s.vb; ++b)
+      for (int e = 0; e < s.exposures; ++e)
+        padded[std::size_t(b) * s.exposures_padded + e] = fy[std::size_t(b) * s.exposures + e];
+    s.frac_y_rel.upload(padded, s.stream);
+  }
 }
 
 }  // namespace shiftstack::cuda

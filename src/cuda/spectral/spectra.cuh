@@ -8,6 +8,10 @@
 //                                    covariance channels 2 right, 3 down, 4 diagonal + antidiagonal
 //   half_spectra     [mx][my < nyh_pad][e < E_pad] uint2: (psi half2, phi half2), each divided by
 //                                    its channel's largest magnitude at that frequency
+//   half_covariances [mx][my < nyh_pad][e < E_pad] uint2, fractional only: (right half2, down half2)
+//   half_diagonals   [mx][my < nyh_pad][e < E_pad] half2, fractional only: diagonal + antidiagonal;
+//                                    both over the B-side scale, which for fractional shifts covers
+//                                    phi and these channels (one accumulator sums them all)
 //   scales           [c][mx][my]     that largest magnitude (1 where the spectrum is zero)
 //   velocity_spectra [c][v][mx][my]  complex FP32, v = (b - b_begin) * va + a, my < nyh; the
 //                                    inverse transforms run in place: real [c][v][x][2 nyh]
@@ -182,6 +186,7 @@ struct SpectralState {
   SeparableShifts shifts;                      // host copy
   DeviceArray<std::int32_t> shift_x, shift_y;  // [a][E], [b][E]
   DeviceArray<float> frac_x, frac_y;           // [a][E], [b][E]; fractional only
+  std::vector<float> frac_y_host;              // host copy of frac_y
   DeviceArray<std::uint32_t> informative;      // bit y%32 of word [e][x][y/32]: the sample counts
   // Exposures by |t_e - t_ref|, nearest first: where the shifts are smallest, so the search for
   // one informative sample of a trial ends at its first probe almost always (edge trials too).
@@ -207,6 +212,9 @@ struct SpectralState {
   DeviceArray<uint2> half_spectra;
   DeviceArray<float> scales;
   DeviceArray<std::int32_t> shift_y_rel;  // [b < vb_padded][e < E_pad]: sy - min_sy, 0 in padding
+  DeviceArray<float> frac_y_rel;          // fractional: [b < vb_padded][e < E_pad] y fractions, 0 in padding
+  DeviceArray<uint2> half_covariances;    // fractional (layouts above)
+  DeviceArray<__half2> half_diagonals;
   int vb_padded = 0;
 
   // Velocity chunk output and the inverse transforms.
@@ -322,7 +330,8 @@ void upload_stack(SpectralState& state, const EncodedStack& stack);
 // Decodes every exposure into zero-padded weighted planes, marks informative samples, finds the
 // smallest positive weighted phi, and runs the forward transforms (state.spectra).
 void forward_transforms(SpectralState& state);
-// FP16 spectra and per-frequency scales, and shift_y_rel, for the FP16 engines.
+// FP16 spectra and per-frequency scales, and shift_y_rel, for the FP16 engines; for fractional
+// shifts also the FP16 covariance channels and frac_y_rel.
 void pack_half_spectra(SpectralState& state, int vb_granularity);
 // Velocity-spectrum chunk -> inverse FFTs -> crop, score, digest partials, candidates, top-k.
 void inverse_transforms(SpectralState& state, int rows);

@@ -98,6 +98,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
     split_fractional(bank.vy_axis, bank, false, s.shifts.y, fy);
     s.frac_x.upload(fx, s.stream);
     s.frac_y.upload(fy, s.stream);
+    s.frac_y_host = std::move(fy);
     s.geometry = fourier_geometry(stack.width, stack.height, s.shifts);
     // The second corner sits one pixel beyond floor(s): pad for it.
     s.geometry.max_sx += 1;

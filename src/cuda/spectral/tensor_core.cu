@@ -17,6 +17,8 @@
 //  - contract_kernel<tiles> (narrow banks): warp-level mma.sync m16n8k16 (HMMA), B by ldmatrix.
 // SHIFTSTACK_TC_KERNEL=mma|wgmma|wgmma-split forces one (tests and the version table in
 // bench/RESULTS.md); their digests agreed to every printed digit on the tested stacks.
+// Fractional (bilinear) shifts: contract_fractional_kernel, mma.sync with three x tables and the
+// covariance channels for the exact B (the section "fractional" below).
 #include <algorithm>
 #include <cstdlib>
 
@@ -379,6 +381,261 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
                               [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
 }
 
+// --- fractional (bilinear) shifts ---------------------------------------------------------------
+//
+// The three products of cuda-fourier's fractional phase sum (fourier.cu, Layout), on the tensor
+// cores: per sample the row operands
+//   A  = Iy psi                    against the x table Ix  (interpolation: e^{ikn} ((1-f) + f e^{ik}))
+//   B1 = Qy phi + Cy down          against Qx              (squares: e^{ikn} ((1-f)^2 + f^2 e^{ik}))
+//   B2 = Qy right + Cy / 2 diag    against Cx              (cross: e^{ikn} 2 f (1-f))
+// with B1 and B2 summed in one accumulator, so B is the exact bilinear variance of SPEC 2 and
+// the inverse transforms and the scoring are those of integer shifts. The y factors are formed in
+// registers from the CTA's phase table, the row's unit root and the trial's y fraction; the x
+// tables are FP16 like the integer phases. mma.sync only: six products per k16 step need more
+// shared memory per exposure, so chunks are 16 exposures (two k16 steps), three stages.
+constexpr int kFracChunk = 16;
+constexpr int kFracStages = 3;
+constexpr int kFracTables = 3;                        // Ix, Qx, Cx
+constexpr int kFracYRowBytes = kFracChunk * 4 + 16;   // 8 ldmatrix rows in distinct banks
+constexpr int kFracPairRowBytes = kFracChunk * 8 + 32;
+constexpr int kFracHalfRowBytes = kFracChunk * 4 + 16;
+constexpr int kFracShiftRowBytes = kFracChunk * 4;
+
+template <int kColumnTiles>
+struct FractionalLayout {
+  static constexpr int table_bytes = kColumnTiles * 8 * kFracYRowBytes;
+  static constexpr int y_bytes = kFracTables * table_bytes;
+  static constexpr int spectrum_bytes = kRows * kFracPairRowBytes;    // (psi, phi)
+  static constexpr int covariance_bytes = kRows * kFracPairRowBytes;  // (right, down)
+  static constexpr int diagonal_bytes = kRows * kFracHalfRowBytes;
+  static constexpr int shift_bytes = kWarps * kFracShiftRowBytes;     // floor(sy) - min_sy
+  static constexpr int fraction_bytes = kWarps * kFracShiftRowBytes;  // sy - floor(sy)
+  static constexpr int stage_bytes =
+      y_bytes + spectrum_bytes + covariance_bytes + diagonal_bytes + shift_bytes + fraction_bytes;
+  __host__ __device__ static int total_bytes(int span) {
+    return Layout<kColumnTiles>::phase_bytes(span) + kFracStages * stage_bytes;
+  }
+};
+
+struct FractionalParams {
+  Params base;                      // x_phases: [table][mx][a < va_padded][E_pad]
+  std::size_t table_stride;         // half2 between the x tables
+  const uint2* half_covariances;    // [mx][my < nyh_padded][E_pad]: (right, down)
+  const __half2* half_diagonals;    // [mx][my < nyh_padded][E_pad]
+  const float* frac_y_rel;          // [b < vb_padded][E_pad]
+};
+
+__device__ __forceinline__ float2 complex_mul(float2 a, float2 b) {
+  return make_float2(__fmaf_rn(a.x, b.x, -__fmul_rn(a.y, b.y)), __fmaf_rn(a.x, b.y, __fmul_rn(a.y, b.x)));
+}
+__device__ __forceinline__ float2 complex_fma(float2 a, float2 b, float2 c) {  // a b + c
+  return make_float2(__fmaf_rn(a.x, b.x, __fmaf_rn(-a.y, b.y, c.x)), __fmaf_rn(a.x, b.y, __fmaf_rn(a.y, b.x, c.y)));
+}
+__device__ __forceinline__ float2 half2_value(std::uint32_t bits) { return __half22float2(bits_half2(bits)); }
+// One value rounded to FP16 as the two k-pairs of the real block form (see spectral_operand).
+__device__ __forceinline__ void block_pairs(float2 value, std::uint32_t& real_pair, std::uint32_t& imag_pair) {
+  const std::uint32_t x = half2_bits(__floats2half2_rn(value.x, value.y));
+  real_pair = x ^ 0x80000000u;
+  imag_pair = __byte_perm(x, 0, 0x1032);
+}
+
+// The row operands of one sample (fragment register r): whole = the y phase of floor(sy),
+// step = e^{i ky} of the row, f = the y fraction. A alone, then B1 and B2 (formed just before
+// their products, so that only one side's operands are live).
+__device__ __forceinline__ void fractional_a(float2 whole, float2 step, float f, std::uint32_t psi, int r,
+                                             std::uint32_t (&a)[2][4]) {
+  const float2 interpolate = complex_mul(whole, make_float2(__fmaf_rn(f, step.x, 1.0f - f), f * step.y));
+  block_pairs(complex_mul(interpolate, half2_value(psi)), a[0][r], a[1][r]);
+}
+__device__ __forceinline__ void fractional_b(float2 whole, float2 step, float f, std::uint32_t phi, uint2 covariance,
+                                             std::uint32_t diagonal, int r, std::uint32_t (&a)[4][4]) {
+  const float g = 1.0f - f, ff = f * f, cross = 2.0f * f * g;
+  const float2 squares = complex_mul(whole, make_float2(__fmaf_rn(ff, step.x, g * g), ff * step.y));
+  const float2 cross_y = make_float2(whole.x * cross, whole.y * cross);
+  const float2 half_cross_y = make_float2(0.5f * cross_y.x, 0.5f * cross_y.y);
+  const float2 B1 = complex_fma(cross_y, half2_value(covariance.y), complex_mul(squares, half2_value(phi)));
+  const float2 B2 = complex_fma(half_cross_y, half2_value(diagonal), complex_mul(squares, half2_value(covariance.x)));
+  block_pairs(B1, a[0][r], a[1][r]);
+  block_pairs(B2, a[2][r], a[3][r]);
+}
+
+// acc[r][n] += operands[r] x table (n8 tiles of the shared x table at `table`), r = real, imaginary.
+template <int kColumnTiles>
+__device__ __forceinline__ void table_products(const unsigned char* table, int ld_row, int ld_row_x2,
+                                               const std::uint32_t (&real_pairs)[4],
+                                               const std::uint32_t (&imag_pairs)[4],
+                                               float (&acc)[2][kColumnTiles][4]) {
+#pragma unroll
+  for (int n = 0; n < kColumnTiles; n += 2) {
+    std::uint32_t b0, b1, b2 = 0, b3 = 0;
+    if (n + 1 < kColumnTiles) load_matrix_x4(b0, b1, b2, b3, table + n * 8 * kFracYRowBytes + ld_row);
+    else load_matrix_x2(b0, b1, table + n * 8 * kFracYRowBytes + ld_row_x2);
+    mma_16x8x16(acc[0][n], real_pairs, b0, b1);
+    mma_16x8x16(acc[1][n], imag_pairs, b0, b1);
+    if (n + 1 < kColumnTiles) {
+      mma_16x8x16(acc[0][n + 1], real_pairs, b2, b3);
+      mma_16x8x16(acc[1][n + 1], imag_pairs, b2, b3);
+    }
+  }
+}
+
+template <int kColumnTiles>
+__global__ void __launch_bounds__(kThreads, 2) contract_fractional_kernel(FractionalParams fp) {
+  using L = FractionalLayout<kColumnTiles>;
+  const Params& p = fp.base;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int group = lane >> 2, quad = lane & 3;
+  const int tile = blockIdx.x;
+  const int my0 = (tile % p.my_tiles) * kRows;
+  const int b_cta = p.b_begin + (tile / p.my_tiles) * kWarps;
+  const int b = b_cta + warp;
+  const int a0 = blockIdx.y * kColumnTiles * 8;
+  const int mx = blockIdx.z;
+
+  float2* phase = reinterpret_cast<float2*>(smem);
+  unsigned char* stages = smem + Layout<kColumnTiles>::phase_bytes(p.shift_span);
+  fill_phase_table(p, my0, phase, kThreads);
+
+  const int chunks = p.exposures_padded / kFracChunk;
+  auto load_stage = [&](int chunk, int slot) {
+    unsigned char* st = stages + slot * L::stage_bytes;
+    const int e0 = chunk * kFracChunk;
+    constexpr int kTableParts = kFracChunk * 4 / 16;  // 16-byte pieces of a table row
+    for (int i = threadIdx.x; i < kFracTables * kColumnTiles * 8 * kTableParts; i += kThreads) {
+      const int t = i / (kColumnTiles * 8 * kTableParts), row = i / kTableParts % (kColumnTiles * 8),
+                part = i % kTableParts;
+      const __half2* src = p.x_phases + t * fp.table_stride +
+                           (std::size_t(mx) * p.va_padded + a0 + row) * p.exposures_padded + e0 + part * 4;
+      copy_async_16(st + t * L::table_bytes + row * kFracYRowBytes + part * 16, src);
+    }
+    unsigned char* ss = st + L::y_bytes;
+    unsigned char* sc = ss + L::spectrum_bytes;
+    constexpr int kPairParts = kFracChunk * 8 / 16;
+    for (int i = threadIdx.x; i < 2 * kRows * kPairParts; i += kThreads) {
+      const int which = i / (kRows * kPairParts), row = i / kPairParts % kRows, part = i % kPairParts;
+      const std::size_t at = (std::size_t(mx) * p.nyh_padded + my0 + row) * p.exposures_padded + e0 + part * 2;
+      copy_async_16((which ? sc : ss) + row * kFracPairRowBytes + part * 16,
+                    which ? fp.half_covariances + at : p.half_spectra + at);
+    }
+    unsigned char* sd = sc + L::covariance_bytes;
+    for (int i = threadIdx.x; i < kRows * kTableParts; i += kThreads) {
+      const int row = i / kTableParts, part = i % kTableParts;
+      const __half2* src =
+          fp.half_diagonals + (std::size_t(mx) * p.nyh_padded + my0 + row) * p.exposures_padded + e0 + part * 4;
+      copy_async_16(sd + row * kFracHalfRowBytes + part * 16, src);
+    }
+    unsigned char* sh = sd + L::diagonal_bytes;
+    for (int i = threadIdx.x; i < 2 * kWarps * kTableParts; i += kThreads) {
+      const int which = i / (kWarps * kTableParts), row = i / kTableParts % kWarps, part = i % kTableParts;
+      const std::size_t at = std::size_t(b_cta + row) * p.exposures_padded + e0 + part * 4;
+      copy_async_16(sh + which * L::shift_bytes + row * kFracShiftRowBytes + part * 16,
+                    which ? static_cast<const void*>(fp.frac_y_rel + at) : static_cast<const void*>(p.shift_y_rel + at));
+    }
+  };
+
+  for (int s = 0; s < kFracStages - 1; ++s) {
+    if (s < chunks) load_stage(s, s);
+    copy_async_commit();
+  }
+
+  float acc[2][2][kColumnTiles][4];  // [A, B][real, imaginary][n8 tile][fragment]
+#pragma unroll
+  for (int c = 0; c < 2; ++c)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int n = 0; n < kColumnTiles; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[c][r][n][i] = 0.0f;
+
+  const float2* phase_lo = phase + group * p.shift_span;
+  const float2* phase_hi = phase + (group + 8) * p.shift_span;
+  // e^{i ky} of the lane's two rows; rows past nyh carry zero spectra, any root serves them.
+  const float2 step_lo = p.root_y[min(my0 + group, p.ny - 1)];
+  const float2 step_hi = p.root_y[min(my0 + group + 8, p.ny - 1)];
+  const int ld_row = ((lane >> 4) * 8 + (lane & 7)) * kFracYRowBytes + ((lane >> 3) & 1) * 16;
+  const int ld_row_x2 = (lane & 7) * kFracYRowBytes + ((lane >> 3) & 1) * 16;
+
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    copy_async_wait<kFracStages - 2>();
+    __syncthreads();
+    {
+      const int next = chunk + kFracStages - 1;
+      if (next < chunks) load_stage(next, next % kFracStages);
+      copy_async_commit();
+    }
+    const unsigned char* st = stages + (chunk % kFracStages) * L::stage_bytes;
+    const unsigned char* ss = st + L::y_bytes;
+    const unsigned char* sc = ss + L::spectrum_bytes;
+    const unsigned char* sd = sc + L::covariance_bytes;
+    const std::int32_t* shifts = reinterpret_cast<const std::int32_t*>(sd + L::diagonal_bytes) + warp * kFracChunk;
+    const float* fractions =
+        reinterpret_cast<const float*>(sd + L::diagonal_bytes + L::shift_bytes) + warp * kFracChunk;
+#pragma unroll 1
+    for (int step = 0; step < kFracChunk / 8; ++step) {
+      const unsigned char* ystep = st + step * 32;
+      // Fragment registers 0-3: (row g, exposure q), (row g + 8, q), (row g, q + 4), (row g + 8, q + 4).
+      {
+        std::uint32_t operands[2][4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int e = step * 8 + quad + 4 * (r >> 1), row = group + 8 * (r & 1);
+          const std::uint32_t psi = *reinterpret_cast<const std::uint32_t*>(ss + row * kFracPairRowBytes + e * 8);
+          fractional_a((r & 1) ? phase_hi[shifts[e]] : phase_lo[shifts[e]], (r & 1) ? step_hi : step_lo,
+                       fractions[e], psi, r, operands);
+        }
+        table_products<kColumnTiles>(ystep, ld_row, ld_row_x2, operands[0], operands[1], acc[0]);
+      }
+      {
+        std::uint32_t operands[4][4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int e = step * 8 + quad + 4 * (r >> 1), row = group + 8 * (r & 1);
+          const std::uint32_t phi =
+              *reinterpret_cast<const std::uint32_t*>(ss + row * kFracPairRowBytes + e * 8 + 4);
+          const uint2 covariance = *reinterpret_cast<const uint2*>(sc + row * kFracPairRowBytes + e * 8);
+          const std::uint32_t diagonal = *reinterpret_cast<const std::uint32_t*>(sd + row * kFracHalfRowBytes + e * 4);
+          fractional_b((r & 1) ? phase_hi[shifts[e]] : phase_lo[shifts[e]], (r & 1) ? step_hi : step_lo,
+                       fractions[e], phi, covariance, diagonal, r, operands);
+        }
+        table_products<kColumnTiles>(ystep + L::table_bytes, ld_row, ld_row_x2, operands[0], operands[1], acc[1]);
+        table_products<kColumnTiles>(ystep + 2 * L::table_bytes, ld_row, ld_row_x2, operands[2], operands[3], acc[1]);
+      }
+    }
+  }
+
+  write_outputs<kColumnTiles>(p, mx, my0, b, a0, group, quad, 0, 2,
+                              [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
+}
+
+// The fractional x tables in FP16, [table][mx][a][e] (Ix, Qx, Cx above) from floor(sx) and the
+// fraction, formed in FP32; zero for padded a and e.
+__global__ void fractional_x_table_kernel(const std::int32_t* sx, const float* fx, const float2* root_x, int nx,
+                                          int va, int va_padded, int exposures, int exposures_padded,
+                                          __half2* tables) {
+  const std::size_t idx = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t total = std::size_t(nx) * va_padded * exposures_padded;
+  if (idx >= total) return;
+  const int e = int(idx % exposures_padded);
+  const int a = int(idx / exposures_padded % va_padded);
+  const int mx = int(idx / (std::size_t(exposures_padded) * va_padded));
+  float2 interpolate = make_float2(0, 0), squares = make_float2(0, 0), cross = make_float2(0, 0);
+  if (a < va && e < exposures) {
+    const std::size_t at = std::size_t(a) * exposures + e;
+    int j = int((long long)mx * sx[at] % nx);
+    if (j < 0) j += nx;
+    const float2 whole = root_x[j], step = root_x[mx];
+    const float f = fx[at], g = 1.0f - f, ff = f * f, c = 2.0f * f * g;
+    interpolate = complex_mul(whole, make_float2(__fmaf_rn(f, step.x, g), f * step.y));
+    squares = complex_mul(whole, make_float2(__fmaf_rn(ff, step.x, g * g), ff * step.y));
+    cross = make_float2(whole.x * c, whole.y * c);
+  }
+  tables[idx] = __floats2half2_rn(interpolate.x, interpolate.y);
+  tables[total + idx] = __floats2half2_rn(squares.x, squares.y);
+  tables[2 * total + idx] = __floats2half2_rn(cross.x, cross.y);
+}
+
 // x phases in FP16: table[mx][a][e] = exp(2 pi i mx sx[a,e] / nx), zero for padded a and e.
 __global__ void x_phase_table_kernel(const std::int32_t* sx, const __half2* root_x, int nx, int va,
                                      int va_padded, int exposures, int exposures_padded, __half2* table) {
@@ -406,13 +663,21 @@ class TensorCoreEngine final : public SpectralEngine {
   std::string name() const override { return "cuda-tc"; }
 
  protected:
+  bool supports_fractional() const override { return true; }
   std::string engine_unsupported_reason(const SearchInput& input) const override {
+    const bool fractional = input.bank->mode == ShiftMode::fractional;
     const SeparableShifts shifts = integer_shifts(*input.bank);
     const auto [lo, hi] = std::minmax_element(shifts.y.begin(), shifts.y.end());
-    const int span = *hi - *lo + 1;
-    if (std::max(tc::Layout<tc::kMaxColumnTiles>::total_bytes(span), tc::WgmmaLayout::total_bytes(span)) > kSharedBudget)
+    // Fractional shifts use floor(s) and a second corner: at most two more rows than round(s).
+    const int span = *hi - *lo + 1 + (fractional ? 2 : 0);
+    const int stages = fractional ? tc::kFracStages * tc::FractionalLayout<tc::kMaxColumnTiles>::stage_bytes
+                                  : tc::kWgmmaStages * tc::WgmmaLayout::stage_bytes;
+    const int needed = fractional ? tc::FractionalLayout<tc::kMaxColumnTiles>::total_bytes(span)
+                                  : std::max(tc::Layout<tc::kMaxColumnTiles>::total_bytes(span),
+                                             tc::WgmmaLayout::total_bytes(span));
+    if (needed > kSharedBudget)
       return "y shifts span " + std::to_string(span) + " pixels: the per-CTA phase table would not fit in "
-             "shared memory (at most about " + std::to_string((kSharedBudget - tc::kWgmmaStages * tc::WgmmaLayout::stage_bytes) / (tc::kRows * 8)) + ")";
+             "shared memory (at most about " + std::to_string((kSharedBudget - stages) / (tc::kRows * 8)) + ")";
     return {};
   }
   int row_granularity() const override { return tc::kWarps; }
@@ -423,24 +688,50 @@ class TensorCoreEngine final : public SpectralEngine {
     // wgmma (HGMMA) when the column block is full width, mma.sync (HMMA) for narrow banks; the
     // environment variable SHIFTSTACK_TC_KERNEL=mma|wgmma forces one (for tests and timing).
     const char* forced = std::getenv("SHIFTSTACK_TC_KERNEL");
-    const std::string kernel = forced ? forced : (column_tiles_ == tc::kMaxColumnTiles ? "wgmma" : "mma");
+    const std::string kernel =
+        forced ? forced : (column_tiles_ == tc::kMaxColumnTiles && !s.fractional ? "wgmma" : "mma");
     require(kernel == "mma" || kernel == "wgmma" || kernel == "wgmma-split",
             "SHIFTSTACK_TC_KERNEL must be mma, wgmma or wgmma-split, not '" + kernel + "'");
+    require(!s.fractional || kernel == "mma",
+            "SHIFTSTACK_TC_KERNEL=" + kernel + ": fractional shifts run on the mma.sync kernel only (their six "
+            "products per step are not built for wgmma)");
     use_wgmma_ = kernel != "mma";
     split_channels_ = kernel == "wgmma-split";
     if (use_wgmma_) column_tiles_ = tc::kWgmmaColumns / 8;
     column_blocks_ = (s.va + column_tiles_ * 8 - 1) / (column_tiles_ * 8);
     va_padded_ = column_blocks_ * column_tiles_ * 8;
     const FourierGeometry& g = s.geometry;
-    x_phases_.reserve(std::size_t(g.nx) * va_padded_ * s.exposures_padded);
-    const std::size_t total = x_phases_.size();
-    tc::x_phase_table_kernel<<<unsigned((total + 255) / 256), 256, 0, s.stream>>>(
-        s.shift_x.data(), s.root_x_half.data(), g.nx, s.va, va_padded_, s.exposures, s.exposures_padded,
-        x_phases_.data());
+    table_stride_ = std::size_t(g.nx) * va_padded_ * s.exposures_padded;
+    const unsigned blocks = unsigned((table_stride_ + 255) / 256);
+    if (s.fractional) {
+      x_phases_.reserve(tc::kFracTables * table_stride_);
+      tc::fractional_x_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.data(), s.frac_x.data(),
+                                                                  s.root_x.data(), g.nx, s.va, va_padded_,
+                                                                  s.exposures, s.exposures_padded, x_phases_.data());
+    } else {
+      x_phases_.reserve(table_stride_);
+      tc::x_phase_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.data(), s.root_x_half.data(), g.nx, s.va,
+                                                             va_padded_, s.exposures, s.exposures_padded,
+                                                             x_phases_.data());
+    }
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 
   void contract(SpectralState& s, int b_begin, int b_end) override {
+    if (s.fractional) {
+      switch (column_tiles_) {
+        case 1: launch_fractional<1>(s, b_begin, b_end); break;
+        case 2: launch_fractional<2>(s, b_begin, b_end); break;
+        case 3: launch_fractional<3>(s, b_begin, b_end); break;
+        case 4: launch_fractional<4>(s, b_begin, b_end); break;
+        case 5: launch_fractional<5>(s, b_begin, b_end); break;
+        case 6: launch_fractional<6>(s, b_begin, b_end); break;
+        case 7: launch_fractional<7>(s, b_begin, b_end); break;
+        case 8: launch_fractional<8>(s, b_begin, b_end); break;
+        default: launch_fractional<9>(s, b_begin, b_end); break;
+      }
+      return;
+    }
     if (use_wgmma_) {
       launch_wgmma(s, b_begin, b_end);
       return;
@@ -516,7 +807,25 @@ class TensorCoreEngine final : public SpectralEngine {
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 
+  template <int kColumnTiles>
+  void launch_fractional(SpectralState& s, int b_begin, int b_end) {
+    tc::FractionalParams fp{};
+    fp.base = params(s, b_begin, b_end);
+    fp.table_stride = table_stride_;
+    fp.half_covariances = s.half_covariances.data();
+    fp.half_diagonals = s.half_diagonals.data();
+    fp.frac_y_rel = s.frac_y_rel.data();
+    const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
+    const int smem = tc::FractionalLayout<kColumnTiles>::total_bytes(fp.base.shift_span);
+    SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(tc::contract_fractional_kernel<kColumnTiles>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const dim3 grid(unsigned(row_groups * fp.base.my_tiles), unsigned(column_blocks_), unsigned(s.geometry.nx));
+    tc::contract_fractional_kernel<kColumnTiles><<<grid, tc::kThreads, smem, s.stream>>>(fp);
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
+
   int column_tiles_ = 0, column_blocks_ = 0, va_padded_ = 0;
+  std::size_t table_stride_ = 0;  // half2 per x table
   bool use_wgmma_ = false, split_channels_ = false;
   DeviceArray<__half2> x_phases_;
 };
@@ -526,7 +835,8 @@ class TensorCoreEngine final : public SpectralEngine {
 void register_tensor_core_engine() {
   register_engine({"cuda-tc",
                    "Fourier route, fused tensor-core contraction (FP16 operands with per-frequency scales, "
-                   "FP32 sums; wgmma, or mma.sync for narrow banks), cuFFT forward and inverse transforms",
+                   "FP32 sums; wgmma, or mma.sync for narrow banks and fractional shifts), cuFFT forward and "
+                   "inverse transforms",
                    true, 30, [] { return std::make_unique<TensorCoreEngine>(); }, cuda_device_available, true});
 }
 
