@@ -257,7 +257,6 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
   } event_guard{start, stop};
 
   SearchResult result;
-  if (k > 0) result.top_k.resize(std::size_t(region.count()) * k);
   std::vector<CandidateRecord> host_candidates;
   std::vector<int> host_candidate_obs;
   double seconds = 0;
@@ -300,6 +299,9 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
       unsigned long long now = 0;
       SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(&now, candidate_count.get(), sizeof now,
                                             cudaMemcpyDeviceToHost, stream));
+      // The host's top-k list (tens of MB for a CCD at k = 8) is allocated and first touched
+      // while the device scans, not after.
+      if (k > 0 && result.top_k.empty()) result.top_k.resize(std::size_t(region.count()) * k);
       SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(stream));
       if (now > found && now <= capacity) {
         with_storage(view.storage, [&]<StorageCode S>() {
@@ -323,11 +325,16 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
                                          cudaMemcpyDeviceToHost));
         SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_topk_obs.get(), topk_obs.get(), entries * sizeof(int),
                                          cudaMemcpyDeviceToHost));
+        // One Candidate per entry, independent of the others: spread over the host's threads
+        // (half a million entries for a 256 x 256 CCD at k = 8).
+        const auto origins = tile.origins;
+        Candidate* list = result.top_k.data();
+#pragma omp parallel for schedule(static) if (entries > 65536)
         for (std::size_t i = 0; i < entries; ++i) {
           const std::size_t o = i / k;
-          const int x = tile.origins.x0 + int(o % tile.origins.width);
-          const int y = tile.origins.y0 + int(o / tile.origins.width);
-          Candidate& c = result.top_k[(std::size_t(y - region.y0) * region.width + (x - region.x0)) * k + i % k];
+          const int x = origins.x0 + int(o % origins.width);
+          const int y = origins.y0 + int(o / origins.width);
+          Candidate& c = list[(std::size_t(y - region.y0) * region.width + (x - region.x0)) * k + i % k];
           const TopKEntry& e = best[i];
           if (e.velocity == INT_MAX) {
             c = Candidate{x, y, -1, 0, 0, 0, 0, -std::numeric_limits<float>::infinity(), 0, 0};

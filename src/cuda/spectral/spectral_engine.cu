@@ -304,17 +304,19 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   if (s.policy.top_k > 0) {
     const std::vector<TopEntry> top = s.top.download(s.stream);
     const int k = s.policy.top_k;
-    result.top_k.reserve(top.size());
+    const std::size_t listed = trials.size();
+    result.top_k.resize(top.size());
+    trials.resize(listed + top.size());
+    // Independent entries (half a million for a 256 x 256 CCD at k = 8): the host's threads.
+#pragma omp parallel for schedule(static) if (top.size() > 65536)
     for (std::size_t i = 0; i < top.size(); ++i) {
       const std::size_t origin = i / k;
       const int x = s.region.x0 + int(origin % s.region.width), y = s.region.y0 + int(origin / s.region.width);
       const TopEntry& t = top[i];
-      if (t.velocity < 0) {
-        result.top_k.push_back(Candidate{x, y, -1, 0, 0, 0, 0, -std::numeric_limits<float>::infinity(), 0, 0});
-      } else {
-        result.top_k.push_back(make_candidate(x, y, t.velocity, t.A, t.B, t.Z));
-      }
-      trials.push_back(make_int4(x, y, t.velocity, 0));
+      result.top_k[i] = t.velocity < 0
+                            ? Candidate{x, y, -1, 0, 0, 0, 0, -std::numeric_limits<float>::infinity(), 0, 0}
+                            : make_candidate(x, y, t.velocity, t.A, t.B, t.Z);
+      trials[listed + i] = make_int4(x, y, t.velocity, 0);
     }
   }
   if (!trials.empty()) {
