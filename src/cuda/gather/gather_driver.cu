@@ -30,6 +30,27 @@ __global__ void fill_lists_kernel(TopKEntry* lists, long long n) {
   if (i < n) lists[i] = TopKEntry{-INFINITY, INT_MAX, 0.0f, 0.0f};
 }
 
+// Each (list, origin) sorted best first in place: the scan keeps its lists unsorted (topk_offer).
+// One thread per list, insertion sort over k <= 64 entries; consecutive threads take consecutive
+// origins, so every slot's reads and writes coalesce.
+__global__ void sort_lists_kernel(TopKEntry* lists, int lists_per_origin, int k, long long origins) {
+  const long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  if (i >= origins * lists_per_origin) return;
+  const long long list = i / origins, o = i - list * origins;
+  TopKEntry* slot0 = lists + list * k * origins + o;
+  for (int j = 1; j < k; ++j) {
+    const TopKEntry e = slot0[j * origins];
+    int at = j;
+    while (at > 0) {
+      const TopKEntry before = slot0[(at - 1) * origins];
+      if (!better_entry(e.Z, e.velocity, before.Z, before.velocity)) break;
+      slot0[at * origins] = before;
+      --at;
+    }
+    slot0[at * origins] = e;
+  }
+}
+
 // Per origin, one warp: merge its sorted partial lists ([list][slot][origin], see ScanOutputs)
 // into the best k, best first (origin-major). Lane l holds the current head of lists l and l + 32;
 // each round the warp picks the best head (velocities are unique, so there are no ties) and its
@@ -285,6 +306,9 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
       }
       method.scan(view, out, stream);
       if (k > 0) {
+        sort_lists_kernel<<<blocks_for(tile_origins * geometry.lists_per_origin), threads_per_block_1d, 0, stream>>>(
+            lists.get(), geometry.lists_per_origin, k, tile_origins);
+        SHIFTSTACK_CUDA_CHECK_LAUNCH();
         merge_lists_kernel<<<unsigned((tile_origins + kMergeWarps - 1) / kMergeWarps), 32 * kMergeWarps, 0, stream>>>(
             lists.get(), geometry.lists_per_origin, k, tile_origins, merged.get());
         SHIFTSTACK_CUDA_CHECK_LAUNCH();

@@ -19,7 +19,8 @@ struct PartialDigest {
   int velocity, x, y;  // argmax; velocity = -1 when nothing was scored
 };
 
-// One entry of a top-k list (the origin is implied by the list). Lists are sorted best first;
+// One entry of a top-k list (the origin is implied by the list). Lists are unsorted during the
+// scan and sorted best first before the merge;
 // an empty slot has velocity = INT_MAX and Z = -inf.
 struct TopKEntry {
   float Z;
@@ -86,22 +87,31 @@ struct TopKBound {
   int velocity = INT_MAX;
 };
 
-// Inserts (Z, v) into a sorted list of k entries (slots `stride` apart) if it beats the last one.
-// (A version that kept the new bound in registers instead of reading slot k - 1 back took
-// cuda-fast's kbmod top-8 scan from 23.9 to 21.5 ms on the H200, but cuda-tiled's kernel from 128
-// to 160 registers and its scans 1.9x slower, cuda-serial's 1.5x: not kept.)
+// Offers (Z, v) to a list of k entries (slots `stride` apart), kept unsorted while the scan runs
+// (sort_lists_kernel orders them before the merge): an entry that beats the bound replaces the
+// list's worst, found with the second worst in one pass of independent loads, and the new bound is
+// the worse of that second worst and the new entry. (Sorted insertion walked the list with one
+// dependent load per step. A version that kept the new bound in registers took cuda-tiled's
+// kernel from 128 to 160 registers and its scans 1.9x slower: the bound is still read back.)
 __device__ inline void topk_offer(TopKEntry* list, int k, long long stride, TopKBound& bound, float Z, int v,
                                   float A, float B) {
   if (!better_entry(Z, v, bound.Z, bound.velocity)) return;
-  int i = k - 1;
-  while (i > 0) {
-    const TopKEntry previous = list[(i - 1) * stride];
-    if (!better_entry(Z, v, previous.Z, previous.velocity)) break;
-    list[i * stride] = previous;
-    --i;
+  int worst = 0;
+  TopKEntry w = list[0];
+  TopKEntry second{INFINITY, -1, 0.0f, 0.0f};  // better than any entry: none yet
+#pragma unroll 4
+  for (int i = 1; i < k; ++i) {
+    const TopKEntry e = list[i * stride];
+    if (better_entry(w.Z, w.velocity, e.Z, e.velocity)) {
+      second = w;
+      w = e;
+      worst = i;
+    } else if (better_entry(second.Z, second.velocity, e.Z, e.velocity)) {
+      second = e;
+    }
   }
-  list[i * stride] = TopKEntry{Z, v, A, B};
-  const TopKEntry last = list[(k - 1) * stride];
+  list[worst * stride] = TopKEntry{Z, v, A, B};
+  const TopKEntry last = k > 1 && better_entry(Z, v, second.Z, second.velocity) ? second : TopKEntry{Z, v, A, B};
   bound.Z = last.velocity == INT_MAX ? -FLT_MAX : last.Z;
   bound.velocity = last.velocity;
 }
