@@ -116,6 +116,26 @@ __device__ inline void topk_offer(TopKEntry* list, int k, long long stride, TopK
   bound.velocity = last.velocity;
 }
 
+// Inserts (Z, v) into a sorted list of k entries (slots `stride` apart) if it beats the last one.
+// (A version that kept the new bound in registers instead of reading slot k - 1 back took
+// cuda-fast's kbmod top-8 scan from 23.9 to 21.5 ms on the H200, but cuda-tiled's kernel from 128
+// to 160 registers and its scans 1.9x slower, cuda-serial's 1.5x: not kept.)
+__device__ inline void topk_offer_sorted(TopKEntry* list, int k, long long stride, TopKBound& bound, float Z, int v,
+                                         float A, float B) {
+  if (!better_entry(Z, v, bound.Z, bound.velocity)) return;
+  int i = k - 1;
+  while (i > 0) {
+    const TopKEntry previous = list[(i - 1) * stride];
+    if (!better_entry(Z, v, previous.Z, previous.velocity)) break;
+    list[i * stride] = previous;
+    --i;
+  }
+  list[i * stride] = TopKEntry{Z, v, A, B};
+  const TopKEntry last = list[(k - 1) * stride];
+  bound.Z = last.velocity == INT_MAX ? -FLT_MAX : last.Z;
+  bound.velocity = last.velocity;
+}
+
 // Per-thread digest accumulation (fixed order within the thread).
 struct LocalDigest {
   double sumA = 0, sumB = 0;
@@ -144,7 +164,11 @@ struct LocalDigest {
   }
 };
 
-// Scores one finished trial. Returns Z (or -inf when B <= 0: not scored).
+// Scores one finished trial. Returns Z (or -inf when B <= 0: not scored). SortedLists: the
+// insertion that keeps lists sorted, for cuda-serial: with topk_offer inlined its exposure loop
+// compiled differently and its kbmod scan without top-k ran 1.5x slower (fp32, H200), while
+// cuda-tiled and cuda-fast were unchanged.
+template <bool SortedLists = false>
 __device__ inline void finish_trial(const ScanOutputs& out, LocalDigest& digest, float A, float B,
                                     int x, int y, int v, TopKEntry* list, TopKBound* bound) {
   if (!(B > 0.0f)) return;  // Z undefined: not scored (SPEC 1)
@@ -158,7 +182,10 @@ __device__ inline void finish_trial(const ScanOutputs& out, LocalDigest& digest,
     const unsigned long long slot = atomicAdd(out.candidate_count, 1ull);
     if (slot < out.candidate_capacity) out.candidates[slot] = CandidateRecord{x, y, v, A, B, Z};
   }
-  if (list) topk_offer(list, out.top_k, topk_stride(out), *bound, Z, v, A, B);
+  if (list) {
+    if constexpr (SortedLists) topk_offer_sorted(list, out.top_k, topk_stride(out), *bound, Z, v, A, B);
+    else topk_offer(list, out.top_k, topk_stride(out), *bound, Z, v, A, B);
+  }
 }
 
 // Block-wide reduction of the threads' digests in a fixed order; thread 0 writes the partial.

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(serial_block_x* serial_block_y)
           }
         }
       }
-      finish_trial(out, digest, A, B, x, y, v, list, &bound);
+      finish_trial<true>(out, digest, A, B, x, y, v, list, &bound);
     }
   }
   const long long key = block_key(out, 0, block_x0, block_y0, serial_block_x, serial_block_y);
