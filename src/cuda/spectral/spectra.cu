@@ -209,26 +209,19 @@ __global__ void spectrum_scale_kernel(const float2* spectra, int exposures, std:
   }
 }
 
-// FP16 spectra divided by the scale, transposed to exposure-fastest rows per frequency.
+// A transposing pack: per frequency f and exposure e, pack(e, f) (a T; zero for padded exposures
+// and frequencies past the last) written to exposure-fastest rows [mx][my < nyh_padded][e].
 // Tiles of 32 frequencies x 32 exposures; grid (frequency tiles, padded-exposure tiles).
-__global__ void pack_half_spectra_kernel(const float2* spectra, const float* scales, int exposures,
-                                         int exposures_padded, std::int64_t frequencies, int nyh,
-                                         int nyh_padded, uint2* half_spectra) {
-  __shared__ uint2 tile[kTile][kTile + 1];
+template <class T, class Pack>
+__global__ void pack_transposed_kernel(Pack pack, int exposures, int exposures_padded, std::int64_t frequencies,
+                                       int nyh, int nyh_padded, T* out) {
+  __shared__ T tile[kTile][kTile + 1];
   const std::int64_t f0 = std::int64_t(blockIdx.x) * kTile;
   const int e0 = blockIdx.y * kTile, tx = threadIdx.x, ty = threadIdx.y;
   for (int j = ty; j < kTile; j += blockDim.y) {
     const std::int64_t f = f0 + tx;
     const int e = e0 + j;
-    uint2 packed = make_uint2(0, 0);
-    if (f < frequencies && e < exposures) {
-      const float2 psi = spectra[std::size_t(e) * frequencies + f];
-      const float2 phi = spectra[(std::size_t(exposures) + e) * frequencies + f];
-      const float sp = scales[f], sf = scales[frequencies + f];
-      packed.x = half2_bits(__floats2half2_rn(psi.x / sp, psi.y / sp));
-      packed.y = half2_bits(__floats2half2_rn(phi.x / sf, phi.y / sf));
-    }
-    tile[j][tx] = packed;
+    tile[j][tx] = f < frequencies && e < exposures ? pack(e, f) : T{};
   }
   __syncthreads();
   for (int i = ty; i < kTile; i += blockDim.y) {
@@ -236,50 +229,51 @@ __global__ void pack_half_spectra_kernel(const float2* spectra, const float* sca
     const int e = e0 + tx;
     if (f < frequencies && e < exposures_padded) {
       const std::int64_t mx = f / nyh, my = f % nyh;
-      half_spectra[(std::size_t(mx) * nyh_padded + my) * exposures_padded + e] = tile[tx][i];
+      out[(std::size_t(mx) * nyh_padded + my) * exposures_padded + e] = tile[tx][i];
     }
   }
 }
 
-// Fractional shifts: the covariance channels (2 right, 3 down, 4 diagonals) in FP16 over the
-// B-side scale, transposed like pack_half_spectra_kernel: (right, down) pairs and diagonals.
-__global__ void pack_half_covariances_kernel(const float2* spectra, const float* scales, int exposures,
-                                             int exposures_padded, std::int64_t frequencies, int nyh,
-                                             int nyh_padded, uint2* half_covariances, __half2* half_diagonals) {
-  __shared__ uint2 pairs[kTile][kTile + 1];
-  __shared__ __half2 diagonals[kTile][kTile + 1];
-  const std::int64_t f0 = std::int64_t(blockIdx.x) * kTile;
-  const int e0 = blockIdx.y * kTile, tx = threadIdx.x, ty = threadIdx.y;
-  const std::size_t channel = std::size_t(exposures) * frequencies;
-  for (int j = ty; j < kTile; j += blockDim.y) {
-    const std::int64_t f = f0 + tx;
-    const int e = e0 + j;
-    uint2 packed = make_uint2(0, 0);
-    __half2 diagonal = __floats2half2_rn(0.0f, 0.0f);
-    if (f < frequencies && e < exposures) {
-      const std::size_t at = std::size_t(e) * frequencies + f;
-      const float sb = scales[frequencies + f];
-      const float2 right = spectra[2 * channel + at], down = spectra[3 * channel + at],
-                   diag = spectra[4 * channel + at];
-      packed.x = half2_bits(__floats2half2_rn(right.x / sb, right.y / sb));
-      packed.y = half2_bits(__floats2half2_rn(down.x / sb, down.y / sb));
-      diagonal = __floats2half2_rn(diag.x / sb, diag.y / sb);
-    }
-    pairs[j][tx] = packed;
-    diagonals[j][tx] = diagonal;
-  }
-  __syncthreads();
-  for (int i = ty; i < kTile; i += blockDim.y) {
-    const std::int64_t f = f0 + i;
-    const int e = e0 + tx;
-    if (f < frequencies && e < exposures_padded) {
-      const std::int64_t mx = f / nyh, my = f % nyh;
-      const std::size_t at = (std::size_t(mx) * nyh_padded + my) * exposures_padded + e;
-      half_covariances[at] = pairs[tx][i];
-      half_diagonals[at] = diagonals[tx][i];
-    }
-  }
+// FP16 value of a complex spectrum sample over a scale, as its half2 bits.
+__device__ inline std::uint32_t scaled_half2(float2 z, float scale) {
+  return half2_bits(__floats2half2_rn(z.x / scale, z.y / scale));
 }
+
+// (psi, phi) over their scales.
+struct SpectrumPair {
+  const float2* spectra;
+  const float* scales;
+  int exposures;
+  std::int64_t frequencies;
+  __device__ uint2 operator()(int e, std::int64_t f) const {
+    return make_uint2(scaled_half2(spectra[std::size_t(e) * frequencies + f], scales[f]),
+                      scaled_half2(spectra[(std::size_t(exposures) + e) * frequencies + f], scales[frequencies + f]));
+  }
+};
+
+// Fractional shifts, over the B-side scale: the covariance channels 2 (right) and 3 (down) as a
+// pair, and channel 4 (the diagonals) alone.
+struct CovariancePair {
+  const float2* spectra;
+  const float* scales;
+  int exposures;
+  std::int64_t frequencies;
+  __device__ uint2 operator()(int e, std::int64_t f) const {
+    const std::size_t channel = std::size_t(exposures) * frequencies, at = std::size_t(e) * frequencies + f;
+    const float sb = scales[frequencies + f];
+    return make_uint2(scaled_half2(spectra[2 * channel + at], sb), scaled_half2(spectra[3 * channel + at], sb));
+  }
+};
+struct Diagonals {
+  const float2* spectra;
+  const float* scales;
+  int exposures;
+  std::int64_t frequencies;
+  __device__ __half2 operator()(int e, std::int64_t f) const {
+    const std::size_t at = 4 * std::size_t(exposures) * frequencies + std::size_t(e) * frequencies + f;
+    return bits_half2(scaled_half2(spectra[at], scales[frequencies + f]));
+  }
+};
 
 }  // namespace
 
@@ -327,9 +321,9 @@ void pack_half_spectra(SpectralState& s, int vb_granularity) {
                                                                            s.fractional ? 4 : 1, s.scales.data());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   const dim3 block(kTile, 8), grid(unsigned((F + kTile - 1) / kTile), s.exposures_padded / kTile);
-  pack_half_spectra_kernel<<<grid, block, 0, s.stream>>>(s.spectra.data(), s.scales.data(), s.exposures,
-                                                         s.exposures_padded, F, g.nyh, s.nyh_padded,
-                                                         s.half_spectra.data());
+  const SpectrumPair pairs{s.spectra.data(), s.scales.data(), s.exposures, F};
+  pack_transposed_kernel<<<grid, block, 0, s.stream>>>(pairs, s.exposures, s.exposures_padded, F, g.nyh, s.nyh_padded,
+                                                       s.half_spectra.data());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   if (s.fractional) {
     const std::size_t samples = std::size_t(g.nx) * s.nyh_padded * s.exposures_padded;
@@ -339,9 +333,13 @@ void pack_half_spectra(SpectralState& s, int vb_granularity) {
       SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_covariances.data(), 0, s.half_covariances.bytes(), s.stream));
       SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_diagonals.data(), 0, s.half_diagonals.bytes(), s.stream));
     }
-    pack_half_covariances_kernel<<<grid, block, 0, s.stream>>>(s.spectra.data(), s.scales.data(), s.exposures,
-                                                               s.exposures_padded, F, g.nyh, s.nyh_padded,
-                                                               s.half_covariances.data(), s.half_diagonals.data());
+    const CovariancePair covariances{s.spectra.data(), s.scales.data(), s.exposures, F};
+    pack_transposed_kernel<<<grid, block, 0, s.stream>>>(covariances, s.exposures, s.exposures_padded, F, g.nyh,
+                                                         s.nyh_padded, s.half_covariances.data());
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+    const Diagonals diagonals{s.spectra.data(), s.scales.data(), s.exposures, F};
+    pack_transposed_kernel<<<grid, block, 0, s.stream>>>(diagonals, s.exposures, s.exposures_padded, F, g.nyh,
+                                                         s.nyh_padded, s.half_diagonals.data());
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 

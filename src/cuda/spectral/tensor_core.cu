@@ -96,6 +96,30 @@ __device__ __forceinline__ void fill_phase_table(const Params& p, int my0, float
   }
 }
 
+// Zeroes the mma.sync kernels' accumulators [channel][real, imaginary][n8 tile][fragment].
+template <int kColumnTiles>
+__device__ __forceinline__ void zero_accumulators(float (&acc)[2][2][kColumnTiles][4]) {
+#pragma unroll
+  for (int c = 0; c < 2; ++c)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int n = 0; n < kColumnTiles; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[c][r][n][i] = 0.0f;
+}
+
+// One step of a cp.async pipeline of kStageCount stages: waits for chunk `chunk`'s stage, then
+// starts loading the chunk kStageCount - 1 ahead into the slot the last iteration finished with.
+template <int kStageCount, class LoadStage>
+__device__ __forceinline__ void advance_pipeline(int chunk, int chunks, LoadStage& load_stage) {
+  copy_async_wait<kStageCount - 2>();
+  __syncthreads();
+  const int next = chunk + kStageCount - 1;
+  if (next < chunks) load_stage(next, next % kStageCount);
+  copy_async_commit();
+}
+
 // This lane's A fragments of one k16 step for both channels: [c * 2 + 0] real-output rows
 // (Xr, -Xi), [c * 2 + 1] imaginary-output rows (Xi, Xr); registers 0-3 = (row g, k 2q),
 // (row g+8, k 2q), (row g, k 2q+8), (row g+8, k 2q+8), i.e. exposures q and q + 4 of the step.
@@ -318,14 +342,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
   }
 
   float acc[2][2][kColumnTiles][4];  // [channel][real, imaginary][n8 tile][fragment]
-#pragma unroll
-  for (int c = 0; c < 2; ++c)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int n = 0; n < kColumnTiles; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[c][r][n][i] = 0.0f;
+  zero_accumulators(acc);
 
   const float2* phase_lo = phase + group * p.shift_span;        // row my0 + group
   const float2* phase_hi = phase + (group + 8) * p.shift_span;  // row my0 + group + 8
@@ -335,13 +352,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
   const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
 
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    copy_async_wait<kStages - 2>();
-    __syncthreads();
-    {
-      const int next = chunk + kStages - 1;
-      if (next < chunks) load_stage(next, next % kStages);
-      copy_async_commit();
-    }
+    advance_pipeline<kStages>(chunk, chunks, load_stage);
     const unsigned char* st = stages + (chunk % kStages) * L::stage_bytes;
     const unsigned char* ys = st;
     const unsigned char* ss = st + L::y_bytes;
@@ -540,14 +551,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_fractional_kernel(Fracti
   }
 
   float acc[2][2][kColumnTiles][4];  // [A, B][real, imaginary][n8 tile][fragment]
-#pragma unroll
-  for (int c = 0; c < 2; ++c)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int n = 0; n < kColumnTiles; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[c][r][n][i] = 0.0f;
+  zero_accumulators(acc);
 
   const float2* phase_lo = phase + group * p.shift_span;
   const float2* phase_hi = phase + (group + 8) * p.shift_span;
@@ -558,13 +562,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_fractional_kernel(Fracti
   const int ld_row_x2 = (lane & 7) * kFracYRowBytes + ((lane >> 3) & 1) * 16;
 
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    copy_async_wait<kFracStages - 2>();
-    __syncthreads();
-    {
-      const int next = chunk + kFracStages - 1;
-      if (next < chunks) load_stage(next, next % kFracStages);
-      copy_async_commit();
-    }
+    advance_pipeline<kFracStages>(chunk, chunks, load_stage);
     const unsigned char* st = stages + (chunk % kFracStages) * L::stage_bytes;
     const unsigned char* ss = st + L::y_bytes;
     const unsigned char* sc = ss + L::spectrum_bytes;
