@@ -239,39 +239,35 @@ __device__ inline std::uint32_t scaled_half2(float2 z, float scale) {
   return half2_bits(__floats2half2_rn(z.x / scale, z.y / scale));
 }
 
-// (psi, phi) over their scales.
-struct SpectrumPair {
+// What the packers read: the FP32 spectra [c][e][f] and the per-frequency scales [side][f].
+struct PackSource {
   const float2* spectra;
   const float* scales;
   int exposures;
   std::int64_t frequencies;
+  __device__ float2 at(int channel, int e, std::int64_t f) const {
+    return spectra[(std::size_t(channel) * exposures + e) * frequencies + f];
+  }
+};
+
+// (psi, phi) over their scales.
+struct SpectrumPair : PackSource {
   __device__ uint2 operator()(int e, std::int64_t f) const {
-    return make_uint2(scaled_half2(spectra[std::size_t(e) * frequencies + f], scales[f]),
-                      scaled_half2(spectra[(std::size_t(exposures) + e) * frequencies + f], scales[frequencies + f]));
+    return make_uint2(scaled_half2(at(0, e, f), scales[f]), scaled_half2(at(1, e, f), scales[frequencies + f]));
   }
 };
 
 // Fractional shifts, over the B-side scale: the covariance channels 2 (right) and 3 (down) as a
 // pair, and channel 4 (the diagonals) alone.
-struct CovariancePair {
-  const float2* spectra;
-  const float* scales;
-  int exposures;
-  std::int64_t frequencies;
+struct CovariancePair : PackSource {
   __device__ uint2 operator()(int e, std::int64_t f) const {
-    const std::size_t channel = std::size_t(exposures) * frequencies, at = std::size_t(e) * frequencies + f;
     const float sb = scales[frequencies + f];
-    return make_uint2(scaled_half2(spectra[2 * channel + at], sb), scaled_half2(spectra[3 * channel + at], sb));
+    return make_uint2(scaled_half2(at(2, e, f), sb), scaled_half2(at(3, e, f), sb));
   }
 };
-struct Diagonals {
-  const float2* spectra;
-  const float* scales;
-  int exposures;
-  std::int64_t frequencies;
+struct Diagonals : PackSource {
   __device__ __half2 operator()(int e, std::int64_t f) const {
-    const std::size_t at = 4 * std::size_t(exposures) * frequencies + std::size_t(e) * frequencies + f;
-    return bits_half2(scaled_half2(spectra[at], scales[frequencies + f]));
+    return bits_half2(scaled_half2(at(4, e, f), scales[frequencies + f]));
   }
 };
 
@@ -321,7 +317,8 @@ void pack_half_spectra(SpectralState& s, int vb_granularity) {
                                                                            s.fractional ? 4 : 1, s.scales.data());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   const dim3 block(kTile, 8), grid(unsigned((F + kTile - 1) / kTile), s.exposures_padded / kTile);
-  const SpectrumPair pairs{s.spectra.data(), s.scales.data(), s.exposures, F};
+  const PackSource source{s.spectra.data(), s.scales.data(), s.exposures, F};
+  const SpectrumPair pairs{source};
   pack_transposed_kernel<<<grid, block, 0, s.stream>>>(pairs, s.exposures, s.exposures_padded, F, g.nyh, s.nyh_padded,
                                                        s.half_spectra.data());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
@@ -333,11 +330,11 @@ void pack_half_spectra(SpectralState& s, int vb_granularity) {
       SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_covariances.data(), 0, s.half_covariances.bytes(), s.stream));
       SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_diagonals.data(), 0, s.half_diagonals.bytes(), s.stream));
     }
-    const CovariancePair covariances{s.spectra.data(), s.scales.data(), s.exposures, F};
+    const CovariancePair covariances{source};
     pack_transposed_kernel<<<grid, block, 0, s.stream>>>(covariances, s.exposures, s.exposures_padded, F, g.nyh,
                                                          s.nyh_padded, s.half_covariances.data());
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
-    const Diagonals diagonals{s.spectra.data(), s.scales.data(), s.exposures, F};
+    const Diagonals diagonals{source};
     pack_transposed_kernel<<<grid, block, 0, s.stream>>>(diagonals, s.exposures, s.exposures_padded, F, g.nyh,
                                                          s.nyh_padded, s.half_diagonals.data());
     SHIFTSTACK_CUDA_CHECK_LAUNCH();

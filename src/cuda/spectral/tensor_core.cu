@@ -717,33 +717,11 @@ class TensorCoreEngine final : public SpectralEngine {
 
   void contract(SpectralState& s, int b_begin, int b_end) override {
     if (s.fractional) {
-      switch (column_tiles_) {
-        case 1: launch_fractional<1>(s, b_begin, b_end); break;
-        case 2: launch_fractional<2>(s, b_begin, b_end); break;
-        case 3: launch_fractional<3>(s, b_begin, b_end); break;
-        case 4: launch_fractional<4>(s, b_begin, b_end); break;
-        case 5: launch_fractional<5>(s, b_begin, b_end); break;
-        case 6: launch_fractional<6>(s, b_begin, b_end); break;
-        case 7: launch_fractional<7>(s, b_begin, b_end); break;
-        case 8: launch_fractional<8>(s, b_begin, b_end); break;
-        default: launch_fractional<9>(s, b_begin, b_end); break;
-      }
-      return;
-    }
-    if (use_wgmma_) {
+      with_column_tiles([&]<int kTiles>() { launch_fractional<kTiles>(s, b_begin, b_end); });
+    } else if (use_wgmma_) {
       launch_wgmma(s, b_begin, b_end);
-      return;
-    }
-    switch (column_tiles_) {
-      case 1: launch<1>(s, b_begin, b_end); break;
-      case 2: launch<2>(s, b_begin, b_end); break;
-      case 3: launch<3>(s, b_begin, b_end); break;
-      case 4: launch<4>(s, b_begin, b_end); break;
-      case 5: launch<5>(s, b_begin, b_end); break;
-      case 6: launch<6>(s, b_begin, b_end); break;
-      case 7: launch<7>(s, b_begin, b_end); break;
-      case 8: launch<8>(s, b_begin, b_end); break;
-      default: launch<9>(s, b_begin, b_end); break;
+    } else {
+      with_column_tiles([&]<int kTiles>() { launch<kTiles>(s, b_begin, b_end); });
     }
   }
 
@@ -803,6 +781,22 @@ class TensorCoreEngine final : public SpectralEngine {
     const dim3 grid(unsigned(row_groups * p.my_tiles), unsigned(column_blocks_), unsigned(g.nx));
     tc::contract_kernel<kColumnTiles><<<grid, tc::kThreads, smem, s.stream>>>(p);
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
+
+  // Calls launch.operator()<column_tiles_>() (kernels are instantiated for 1 to 9 n8 tiles).
+  template <class Launch>
+  void with_column_tiles(Launch&& launch) const {
+    switch (column_tiles_) {
+      case 1: launch.template operator()<1>(); break;
+      case 2: launch.template operator()<2>(); break;
+      case 3: launch.template operator()<3>(); break;
+      case 4: launch.template operator()<4>(); break;
+      case 5: launch.template operator()<5>(); break;
+      case 6: launch.template operator()<6>(); break;
+      case 7: launch.template operator()<7>(); break;
+      case 8: launch.template operator()<8>(); break;
+      default: launch.template operator()<9>(); break;
+    }
   }
 
   template <int kColumnTiles>
