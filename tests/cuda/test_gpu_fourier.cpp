@@ -316,6 +316,31 @@ TEST(GpuFourier, TensorCoreFractionalTinyStack) {
   }
 }
 
+// A y span whose phase table fits beside the integer kernels' stages but not beside the
+// fractional kernel's (which holds three x tables and the covariance channels per stage): the
+// fractional search is refused with the reason, the integer one runs.
+TEST(GpuFourier, TensorCoreRefusesAFractionalSpanTooWideForSharedMemory) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = case_for("tiny-fractional", Encoding::fp32, "reference");
+  MotionBank wide = c.kit.bank;
+  double largest = 0;
+  for (int e = 0; e < wide.exposures(); ++e) largest = std::max(largest, std::abs(wide.dt(e)));
+  // vy from -180 to +180 px over the largest |t - t_ref|: a span of about 360 rows (+ the curve).
+  for (std::size_t i = 0; i < wide.vy_axis.size(); ++i)
+    wide.vy_axis[i] = (-180.0 + 360.0 * double(i) / double(wide.vy_axis.size() - 1)) / largest;
+  auto engine = make_engine("cuda-tc");
+  SearchInput input{&c.stack, &wide, resolve({}, c.stack.width, c.stack.height), OutputPolicy{}};
+  const std::string reason = engine->unsupported_reason(input);
+  EXPECT_NE(reason.find("shared memory"), std::string::npos) << reason;
+  EXPECT_THROW(engine->search(input), Error);
+  MotionBank integer = wide;
+  integer.mode = ShiftMode::integer;
+  SearchInput integer_input{&c.stack, &integer, resolve({}, c.stack.width, c.stack.height), OutputPolicy{}};
+  EXPECT_EQ(engine->unsupported_reason(integer_input), "");
+  const SearchResult r = engine->search(integer_input);
+  EXPECT_GT(r.digest.scored, 0);
+}
+
 TEST(GpuFourier, TensorCoreFractionalShifts) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
   const DigestTolerance tol = tolerance_for("cuda-tc");
