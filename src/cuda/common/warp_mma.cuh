@@ -68,11 +68,14 @@ __device__ __forceinline__ std::uint32_t spectral_sample(float2 phase, std::uint
   const float im = __fmaf_rn(phase.x, s.y, __fmul_rn(phase.y, s.x));
   return half2_bits(__floats2half2_rn(re, im));  // re in the low half
 }
-__device__ __forceinline__ void spectral_operand(float2 phase, std::uint32_t spectrum_bits,
-                                                 std::uint32_t& real_pair, std::uint32_t& imag_pair) {
-  const std::uint32_t x = spectral_sample(phase, spectrum_bits);
+// The two k-pairs of one FP16 complex value x (re in the low half) in the real block form.
+__device__ __forceinline__ void block_pairs(std::uint32_t x, std::uint32_t& real_pair, std::uint32_t& imag_pair) {
   real_pair = x ^ 0x80000000u;            // negate the high half: (re, -im)
   imag_pair = __byte_perm(x, 0, 0x1032);  // swap halves: (im, re)
+}
+__device__ __forceinline__ void spectral_operand(float2 phase, std::uint32_t spectrum_bits,
+                                                 std::uint32_t& real_pair, std::uint32_t& imag_pair) {
+  block_pairs(spectral_sample(phase, spectrum_bits), real_pair, imag_pair);
 }
 
 // --- sm_90a warpgroup matrix products (wgmma, HGMMA in SASS) ------------------------------------

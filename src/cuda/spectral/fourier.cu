@@ -57,29 +57,6 @@ __device__ __forceinline__ int wrap(long long j, int n) {
   return r < 0 ? r + n : r;
 }
 
-__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
-  return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
-}
-__device__ __forceinline__ float2 cfma(float2 a, float2 b, float2 c) {  // a * b + c
-  return make_float2(fmaf(a.x, b.x, fmaf(-a.y, b.y, c.x)), fmaf(a.x, b.y, fmaf(a.y, b.x, c.y)));
-}
-__device__ __forceinline__ float2 scale(float2 a, float s) { return make_float2(a.x * s, a.y * s); }
-
-// Bilinear axis factors at one frequency: whole = e^{i k n}, step = e^{i k}, f the fraction.
-struct AxisFactors {
-  float2 interpolate;  // e^{ikn} ((1-f) + f e^{ik})       (A)
-  float2 squares;      // e^{ikn} ((1-f)^2 + f^2 e^{ik})   (phi, and the covariance along the other axis)
-  float2 cross;        // e^{ikn} 2 f (1-f)                (covariance along this axis)
-};
-__device__ __forceinline__ AxisFactors axis_factors(float2 whole, float2 step, float f) {
-  const float g = 1.0f - f;
-  AxisFactors t;
-  t.interpolate = cmul(whole, make_float2(g + f * step.x, f * step.y));
-  t.squares = cmul(whole, make_float2(g * g + f * f * step.x, f * f * step.y));
-  t.cross = scale(whole, 2.0f * f * g);
-  return t;
-}
-
 template <bool Fractional>
 __global__ void __launch_bounds__(kRowThreads * kMaxColThreads) phase_sum_kernel(Params p) {
   using L = Layout<Fractional>;
@@ -115,7 +92,7 @@ __global__ void __launch_bounds__(kRowThreads * kMaxColThreads) phase_sum_kernel
           const AxisFactors u = axis_factors(ph, p.root_y[my], p.fy[at]);
           operand[0] = cmul(u.interpolate, p.spectra[f]);
           operand[1] = cfma(u.cross, p.spectra[3 * channel_in + f], cmul(u.squares, p.spectra[channel_in + f]));
-          operand[2] = cfma(scale(u.cross, 0.5f), p.spectra[4 * channel_in + f],
+          operand[2] = cfma(cscale(u.cross, 0.5f), p.spectra[4 * channel_in + f],
                             cmul(u.squares, p.spectra[2 * channel_in + f]));
         } else {
           operand[0] = cmul(ph, p.spectra[f]);

@@ -189,15 +189,15 @@ __global__ void covariance_planes_kernel(const float* covariances, const float* 
 }
 
 // Largest |spectrum| per frequency over exposures: channel 0 (psi) and the B side, which is phi
-// alone for integer shifts and phi with the covariance channels 2..b_channels for fractional ones
-// (their products share one accumulator, hence one scale). Threads over frequencies.
+// alone for integer shifts and phi with the covariance channels up to channel last_b for
+// fractional ones (their products share one accumulator, hence one scale). Threads over frequencies.
 __global__ void spectrum_scale_kernel(const float2* spectra, int exposures, std::int64_t frequencies,
-                                      int b_channels, float* scales) {
+                                      int last_b, float* scales) {
   const std::int64_t f = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (f >= frequencies) return;
   for (int side = 0; side < 2; ++side) {
     float largest = 0;
-    const int first = side, last = side == 0 ? 0 : b_channels;
+    const int first = side, last = side == 0 ? 0 : last_b;
     for (int c = first; c <= last; ++c) {
       const float2* base = spectra + std::size_t(c) * exposures * frequencies + f;
       for (int e = 0; e < exposures; ++e) {
@@ -314,7 +314,7 @@ void pack_half_spectra(SpectralState& s, int vb_granularity) {
     SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_spectra.data(), 0, s.half_spectra.bytes(), s.stream));
   }
   spectrum_scale_kernel<<<unsigned((F + 255) / 256), 256, 0, s.stream>>>(s.spectra.data(), s.exposures, F,
-                                                                           s.fractional ? 4 : 1, s.scales.data());
+                                                                           s.input_channels() - 1, s.scales.data());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   const dim3 block(kTile, 8), grid(unsigned((F + kTile - 1) / kTile), s.exposures_padded / kTile);
   const PackSource source{s.spectra.data(), s.scales.data(), s.exposures, F};

@@ -250,6 +250,32 @@ struct SpectralState {
   bool recompute_listing() const { return fractional || exact_below > 0; }
 };
 
+// --- complex arithmetic and the bilinear axis factors of fractional shifts --------------------------
+
+__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
+  return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+__device__ __forceinline__ float2 cfma(float2 a, float2 b, float2 c) {  // a * b + c
+  return make_float2(fmaf(a.x, b.x, fmaf(-a.y, b.y, c.x)), fmaf(a.x, b.y, fmaf(a.y, b.x, c.y)));
+}
+__device__ __forceinline__ float2 cscale(float2 a, float s) { return make_float2(a.x * s, a.y * s); }
+
+// Bilinear axis factors at one frequency: whole = e^{i k n}, step = e^{i k}, f the fraction
+// (docs/specification.md section 6). cuda-fourier and cuda-tc both build their tables from these.
+struct AxisFactors {
+  float2 interpolate;  // e^{ikn} ((1-f) + f e^{ik})       (A)
+  float2 squares;      // e^{ikn} ((1-f)^2 + f^2 e^{ik})   (phi, and the covariance along the other axis)
+  float2 cross;        // e^{ikn} 2 f (1-f)                (covariance along this axis)
+};
+__device__ __forceinline__ AxisFactors axis_factors(float2 whole, float2 step, float f) {
+  const float g = 1.0f - f;
+  AxisFactors t;
+  t.interpolate = cmul(whole, make_float2(g + f * step.x, f * step.y));
+  t.squares = cmul(whole, make_float2(g * g + f * f * step.x, f * f * step.y));
+  t.cross = cscale(whole, 2.0f * f * g);
+  return t;
+}
+
 // --- the encoded stack, decoded on the device ---------------------------------------------------------
 
 struct DecodeInputs {

@@ -436,38 +436,28 @@ struct FractionalParams {
   const float* frac_y_rel;          // [b < vb_padded][E_pad]
 };
 
-__device__ __forceinline__ float2 complex_mul(float2 a, float2 b) {
-  return make_float2(__fmaf_rn(a.x, b.x, -__fmul_rn(a.y, b.y)), __fmaf_rn(a.x, b.y, __fmul_rn(a.y, b.x)));
-}
-__device__ __forceinline__ float2 complex_fma(float2 a, float2 b, float2 c) {  // a b + c
-  return make_float2(__fmaf_rn(a.x, b.x, __fmaf_rn(-a.y, b.y, c.x)), __fmaf_rn(a.x, b.y, __fmaf_rn(a.y, b.x, c.y)));
-}
 __device__ __forceinline__ float2 half2_value(std::uint32_t bits) { return __half22float2(bits_half2(bits)); }
-// One value rounded to FP16 as the two k-pairs of the real block form (see spectral_operand).
-__device__ __forceinline__ void block_pairs(float2 value, std::uint32_t& real_pair, std::uint32_t& imag_pair) {
-  const std::uint32_t x = half2_bits(__floats2half2_rn(value.x, value.y));
-  real_pair = x ^ 0x80000000u;
-  imag_pair = __byte_perm(x, 0, 0x1032);
+// One FP32 value rounded to FP16, as the two k-pairs of the real block form.
+__device__ __forceinline__ void rounded_pairs(float2 value, std::uint32_t& real_pair, std::uint32_t& imag_pair) {
+  block_pairs(half2_bits(__floats2half2_rn(value.x, value.y)), real_pair, imag_pair);
 }
 
 // The row operands of one sample (fragment register r): whole = the y phase of floor(sy),
 // step = e^{i ky} of the row, f = the y fraction. A alone, then B1 and B2 (formed just before
-// their products, so that only one side's operands are live).
+// their products, so that only one side's operands are live; the factors a side does not use
+// are dropped by the compiler).
 __device__ __forceinline__ void fractional_a(float2 whole, float2 step, float f, std::uint32_t psi, int r,
                                              std::uint32_t (&a)[2][4]) {
-  const float2 interpolate = complex_mul(whole, make_float2(__fmaf_rn(f, step.x, 1.0f - f), f * step.y));
-  block_pairs(complex_mul(interpolate, half2_value(psi)), a[0][r], a[1][r]);
+  const AxisFactors y = axis_factors(whole, step, f);
+  rounded_pairs(cmul(y.interpolate, half2_value(psi)), a[0][r], a[1][r]);
 }
 __device__ __forceinline__ void fractional_b(float2 whole, float2 step, float f, std::uint32_t phi, uint2 covariance,
                                              std::uint32_t diagonal, int r, std::uint32_t (&a)[4][4]) {
-  const float g = 1.0f - f, ff = f * f, cross = 2.0f * f * g;
-  const float2 squares = complex_mul(whole, make_float2(__fmaf_rn(ff, step.x, g * g), ff * step.y));
-  const float2 cross_y = make_float2(whole.x * cross, whole.y * cross);
-  const float2 half_cross_y = make_float2(0.5f * cross_y.x, 0.5f * cross_y.y);
-  const float2 B1 = complex_fma(cross_y, half2_value(covariance.y), complex_mul(squares, half2_value(phi)));
-  const float2 B2 = complex_fma(half_cross_y, half2_value(diagonal), complex_mul(squares, half2_value(covariance.x)));
-  block_pairs(B1, a[0][r], a[1][r]);
-  block_pairs(B2, a[2][r], a[3][r]);
+  const AxisFactors y = axis_factors(whole, step, f);
+  const float2 B1 = cfma(y.cross, half2_value(covariance.y), cmul(y.squares, half2_value(phi)));
+  const float2 B2 = cfma(cscale(y.cross, 0.5f), half2_value(diagonal), cmul(y.squares, half2_value(covariance.x)));
+  rounded_pairs(B1, a[0][r], a[1][r]);
+  rounded_pairs(B2, a[2][r], a[3][r]);
 }
 
 // acc[r][n] += operands[r] x table (n8 tiles of the shared x table at `table`), r = real, imaginary.
@@ -618,20 +608,16 @@ __global__ void fractional_x_table_kernel(const std::int32_t* sx, const float* f
   const int e = int(idx % exposures_padded);
   const int a = int(idx / exposures_padded % va_padded);
   const int mx = int(idx / (std::size_t(exposures_padded) * va_padded));
-  float2 interpolate = make_float2(0, 0), squares = make_float2(0, 0), cross = make_float2(0, 0);
+  AxisFactors t{make_float2(0, 0), make_float2(0, 0), make_float2(0, 0)};
   if (a < va && e < exposures) {
     const std::size_t at = std::size_t(a) * exposures + e;
     int j = int((long long)mx * sx[at] % nx);
     if (j < 0) j += nx;
-    const float2 whole = root_x[j], step = root_x[mx];
-    const float f = fx[at], g = 1.0f - f, ff = f * f, c = 2.0f * f * g;
-    interpolate = complex_mul(whole, make_float2(__fmaf_rn(f, step.x, g), f * step.y));
-    squares = complex_mul(whole, make_float2(__fmaf_rn(ff, step.x, g * g), ff * step.y));
-    cross = make_float2(whole.x * c, whole.y * c);
+    t = axis_factors(root_x[j], root_x[mx], fx[at]);
   }
-  tables[idx] = __floats2half2_rn(interpolate.x, interpolate.y);
-  tables[total + idx] = __floats2half2_rn(squares.x, squares.y);
-  tables[2 * total + idx] = __floats2half2_rn(cross.x, cross.y);
+  tables[idx] = __floats2half2_rn(t.interpolate.x, t.interpolate.y);
+  tables[total + idx] = __floats2half2_rn(t.squares.x, t.squares.y);
+  tables[2 * total + idx] = __floats2half2_rn(t.cross.x, t.cross.y);
 }
 
 // x phases in FP16: table[mx][a][e] = exp(2 pi i mx sx[a,e] / nx), zero for padded a and e.
