@@ -401,10 +401,13 @@ TEST(GpuFourier, FractionalShiftsNeedCovariancePlanes) {
   EncodedStack without = c.stack;
   without.cov_right.clear(), without.cov_down.clear(), without.cov_diag.clear(), without.cov_antidiag.clear();
   without.id = 0;  // not the cached upload
-  auto engine = make_engine("cuda-fourier");
-  EXPECT_THROW(search(*engine, without, c.kit.bank), Error);
-  SearchInput input{&without, &c.kit.bank, resolve({}, without.width, without.height), OutputPolicy{}};
-  EXPECT_THROW(engine->search(input), Error);  // the engine's own check, below search()'s
+  for (const char* name : {"cuda-fourier", "cuda-tc"}) {
+    SCOPED_TRACE(name);
+    auto engine = make_engine(name);
+    EXPECT_THROW(search(*engine, without, c.kit.bank), Error);
+    SearchInput input{&without, &c.kit.bank, resolve({}, without.width, without.height), OutputPolicy{}};
+    EXPECT_THROW(engine->search(input), Error);  // the engine's own check, below search()'s
+  }
 }
 
 TEST(GpuFourier, RefusesWhatItCannotComputeExactly) {
