@@ -46,6 +46,7 @@ namespace {
 
 constexpr int kWarp = 32;          // origins along x per block: the window's columns, one per lane
 constexpr int kMaxChunk = 8;       // exposures interpolated along x per barrier
+static_assert(kMaxChunk <= kWarp, "a chunk's window placements are held one per lane");
 constexpr int kMaxSlots = 8;       // window rows per warp whose loads overlap the previous y pass
 constexpr int kPlaneThreadsX = 32;  // the planes pass: one thread per pixel
 constexpr int kPlaneThreadsY = 8;
@@ -72,6 +73,36 @@ struct YWeights {
   float cross;
   int row;
   int pad[2];  // 32 bytes: two aligned loads
+};
+
+// One window row of one lane, from a WindowPlacement: its plane index and whether it and the
+// pixel to its right lie inside the planes.
+struct WindowSlice {
+  long long at;
+  bool in, right;  // right: the pixel to the lane's right
+};
+
+// Where one exposure's window starts in the planes (row 0, lane 0's column), which window rows
+// lie inside them, and the x fraction of the packet's shift.
+struct WindowPlacement {
+  long long first = 0;
+  int column = 0, row_lo = 0, row_hi = 0;
+  float fx = 0.0f;
+
+  // Row r of the window of exposure c of the chunk, as lane c's placement says (every lane of
+  // the warp calls this with the same c).
+  __device__ WindowSlice slice(int c, int r, int lane, const BilinearPlanes& planes) const {
+    const unsigned full = 0xffffffffu;
+    const long long start = __shfl_sync(full, first, c);
+    const int x = __shfl_sync(full, column, c) + lane;
+    const bool row_in = r >= __shfl_sync(full, row_lo, c) && r < __shfl_sync(full, row_hi, c);
+    const unsigned width = static_cast<unsigned>(planes.rect.width);
+    WindowSlice w;
+    w.at = start + (long long)r * planes.pitch + lane;
+    w.in = row_in && static_cast<unsigned>(x) < width;
+    w.right = row_in && static_cast<unsigned>(x + 1) < width;
+    return w;
+  }
 };
 
 struct FastBilinearParams {
@@ -159,74 +190,84 @@ __global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kern
     const int rows = rows_per_block + t.y_span[gy] + 1;
     const int* y_min = t.y_min + gy * E;
 
-    // Where window row r of exposure e starts in the planes (rows outside them: -1), and the
-    // column of this lane.
-    auto row_start = [&](int e, int r) -> long long {
-      const int Y = block_y0 + y_min[e] + r - planes.rect.y0;
-      if (static_cast<unsigned>(Y) >= static_cast<unsigned>(planes.rect.height)) return -1;
-      return (long long)(e * plane_pixels) + (long long)Y * planes.pitch;
+    // Where each exposure's window sits in the planes: lane c works it out for exposure c of a
+    // chunk, and the warp reads it by shuffles, so that a window row costs a multiply-add of
+    // addressing instead of table loads and 64-bit arithmetic.
+    auto place = [&](int ch) {
+      WindowPlacement w;
+      const int e = ch * P.chunk + lane;
+      if (lane < P.chunk && e < E) {
+        const int column = block_x0 + t.shift_x[a * E + e] - planes.rect.x0;
+        const int Y0 = block_y0 + y_min[e] - planes.rect.y0;
+        w.first = (long long)e * (long long)plane_pixels + (long long)Y0 * planes.pitch + column;
+        w.column = column;
+        w.row_lo = max(0, -Y0);
+        w.row_hi = min(rows, planes.rect.height - Y0);
+        w.fx = __ldg(P.x_frac + a * E + e);
+      }
+      return w;
     };
-    auto lane_column = [&](int e) { return block_x0 + t.shift_x[a * E + e] + lane - planes.rect.x0; };
+    // A warp takes the chunk's window rows (exposure c, row r) in the order c * rows + r,
+    // starting at its own index and stepping by the warp count.
+    auto step = [&](int& c, int& r) {
+      while (r >= rows) {
+        r -= rows;
+        ++c;
+      }
+    };
 
     // The x pass of one chunk, in two halves so that the reads of the next chunk are in flight
     // during this chunk's y pass: copy_rows() starts asynchronous copies of this warp's first
     // P.slots window rows into its raw slots (no registers held), store_rows() interpolates them,
-    // and any further rows read there and then, into buffer `buf`. A warp takes whole window
-    // rows (r = warp_id, warp_id + warps, ... of each exposure in turn), a column per lane.
+    // and any further rows read there and then, into buffer `buf`. A column per lane.
     RawRow* own_rows = raw_rows + warp_id * P.slots;
     auto copy_rows = [&](int ch) {
-      const int e0 = ch * P.chunk, count = min(P.chunk, E - e0);
-      int k = 0;
-      for (int c = 0; c < count && k < P.slots; ++c) {
-        const int e = e0 + c, X = lane_column(e);
-        const bool in_x = static_cast<unsigned>(X) < static_cast<unsigned>(planes.rect.width);
-        const bool right_x = static_cast<unsigned>(X + 1) < static_cast<unsigned>(planes.rect.width);
-        for (int r = warp_id; r < rows && k < P.slots; r += warps, ++k) {
-          const long long start = row_start(e, r);
-          // Outside the planes a copy fills zeros and reads nothing (from a valid address).
-          const bool in = start >= 0 && in_x, right = start >= 0 && right_x;
-          const long long at = in ? start + X : 0, at_right = right ? start + X + 1 : 0;
-          __pipeline_memcpy_async(&own_rows[k].values[lane], planes.values + at, 16, in ? 0 : 16);
-          __pipeline_memcpy_async(&own_rows[k].diagonal[lane], planes.diagonal + at, 4, in ? 0 : 4);
-          if (lane == kWarp - 1)
-            __pipeline_memcpy_async(&own_rows[k].values[kWarp], planes.values + at_right, 16, right ? 0 : 16);
-        }
+      const int count = min(P.chunk, E - ch * P.chunk);
+      const WindowPlacement mine = place(ch);
+      int c = 0, r = warp_id;
+      step(c, r);
+      for (int k = 0; k < P.slots && c < count; ++k, r += warps, step(c, r)) {
+        const WindowSlice w = mine.slice(c, r, lane, planes);
+        // Outside the planes a copy fills zeros and reads nothing (from a valid address).
+        __pipeline_memcpy_async(&own_rows[k].values[lane], planes.values + (w.in ? w.at : 0), 16, w.in ? 0 : 16);
+        __pipeline_memcpy_async(&own_rows[k].diagonal[lane], planes.diagonal + (w.in ? w.at : 0), 4, w.in ? 0 : 4);
+        if (lane == kWarp - 1)
+          __pipeline_memcpy_async(&own_rows[k].values[kWarp], planes.values + (w.right ? w.at + 1 : 0), 16,
+                                  w.right ? 0 : 16);
       }
       __pipeline_commit();
     };
     auto store_rows = [&](int ch, int buf) {
       const int e0 = ch * P.chunk, count = min(P.chunk, E - e0);
       float* window = windows + buf * P.chunk * slot_floats;
+      const WindowPlacement mine = place(ch);
       __pipeline_wait_prior(0);
       __syncwarp();  // lanes read their right neighbour's copy
-      int k = 0;
-      for (int c = 0; c < count; ++c, window += slot_floats) {
-        const int e = e0 + c, X = lane_column(e);
-        const bool in_x = static_cast<unsigned>(X) < static_cast<unsigned>(planes.rect.width);
-        const bool right_x = static_cast<unsigned>(X + 1) < static_cast<unsigned>(planes.rect.width);
-        const float fx = __ldg(P.x_frac + a * E + e), lx = 1.0f - fx;
+      int c = 0, r = warp_id;
+      step(c, r);
+      for (int k = 0; c < count; ++k, r += warps, step(c, r)) {
+        const float fx = __shfl_sync(0xffffffffu, mine.fx, c), lx = 1.0f - fx;
         const float gx0 = lx * lx, gx1 = fx * fx, hx = 2.0f * lx * fx;
-        for (int r = warp_id; r < rows; r += warps, ++k) {
-          float4 q, right;
-          float d;
-          if (k < P.slots) {
-            q = own_rows[k].values[lane];
-            right = own_rows[k].values[lane + 1];
-            d = own_rows[k].diagonal[lane];
-          } else {
-            const long long start = row_start(e, r);
-            q = right = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            d = 0.0f;
-            if (start >= 0 && in_x) {
-              q = __ldg(planes.values + start + X);
-              d = __ldg(planes.diagonal + start + X);
-            }
-            if (start >= 0 && right_x) right = __ldg(planes.values + start + X + 1);
+        float4 q, right;
+        float d;
+        if (k < P.slots) {
+          q = own_rows[k].values[lane];
+          right = own_rows[k].values[lane + 1];
+          d = own_rows[k].diagonal[lane];
+        } else {
+          const WindowSlice w = mine.slice(c, r, lane, planes);
+          q = right = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          d = 0.0f;
+          if (w.in) {
+            q = __ldg(planes.values + w.at);
+            d = __ldg(planes.diagonal + w.at);
           }
-          reinterpret_cast<float2*>(window)[r * kWarp + lane] =
-              make_float2(fmaf(fx, right.x, lx * q.x), fmaf(hx, q.z, fmaf(gx1, right.y, gx0 * q.y)));
-          window[pair_floats + r * kWarp + lane] = fmaf(hx, d, fmaf(gx1, right.w, gx0 * q.w));
+          if (w.right) right = __ldg(planes.values + w.at + 1);
         }
+        float* slot = window + c * slot_floats;
+        reinterpret_cast<float2*>(slot)[r * kWarp + lane] =
+            make_float2(fmaf(fx, right.x, lx * q.x), fmaf(hx, q.z, fmaf(gx1, right.y, gx0 * q.y)));
+        slot[pair_floats + r * kWarp + lane] = fmaf(hx, d, fmaf(gx1, right.w, gx0 * q.w));
       }
       YWeights* weights = y_weights + buf * P.chunk * packet_vy;
       for (int q = tid; q < count * packet_vy; q += threads) {
