@@ -22,10 +22,16 @@ __device__ __forceinline__ void copy_16_or_zero(void* shared_destination, const 
                "l"(global_source), "r"(bytes)
                : "memory");
 }
+// 4 bytes global -> shared through L1 (.ca); `bytes` 0 writes a zero and reads nothing.
+__device__ __forceinline__ void copy_4_or_zero(void* shared_destination, const void* global_source, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(shared_destination)),
+               "l"(global_source), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int pending>
 __device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
 }
 
 // Four 8x8 matrices of 16-bit elements; lane l gives the row address of matrix l/8, row l%8.

@@ -25,8 +25,6 @@
 // from frac(fl(x + s)); the two differ by at most one ulp of x + s (2^-41 for images below 4096
 // pixels), which moves a weight by as much and can keep a corner of weight below 1e-12 that the
 // reference rounds to zero. Sums are FP32, as in every CUDA gather.
-#include <cuda_pipeline.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -34,6 +32,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_buffer.cuh"
+#include "cuda/common/warp_mma.cuh"
 #include "cuda/gather/bilinear_sample.cuh"
 #include "cuda/gather/gather_bilinear.hpp"
 #include "cuda/gather/gather_driver.cuh"
@@ -46,8 +45,6 @@ namespace {
 
 constexpr int kWarp = 32;          // origins along x per block: the window's columns, one per lane
 constexpr int kMaxChunk = 8;       // exposures interpolated along x per barrier
-static_assert(kMaxChunk <= kWarp, "a chunk's window placements are held one per lane");
-constexpr int kMaxSlots = 8;       // window rows per warp whose loads overlap the previous y pass
 constexpr int kPlaneThreadsX = 32;  // the planes pass: one thread per pixel
 constexpr int kPlaneThreadsY = 8;
 
@@ -75,36 +72,6 @@ struct YWeights {
   int pad[2];  // 32 bytes: two aligned loads
 };
 
-// One window row of one lane, from a WindowPlacement: its plane index and whether it and the
-// pixel to its right lie inside the planes.
-struct WindowSlice {
-  long long at;
-  bool in, right;  // right: the pixel to the lane's right
-};
-
-// Where one exposure's window starts in the planes (row 0, lane 0's column), which window rows
-// lie inside them, and the x fraction of the packet's shift.
-struct WindowPlacement {
-  long long first = 0;
-  int column = 0, row_lo = 0, row_hi = 0;
-  float fx = 0.0f;
-
-  // Row r of the window of exposure c of the chunk, as lane c's placement says (every lane of
-  // the warp calls this with the same c).
-  __device__ WindowSlice slice(int c, int r, int lane, const BilinearPlanes& planes) const {
-    const unsigned full = 0xffffffffu;
-    const long long start = __shfl_sync(full, first, c);
-    const int x = __shfl_sync(full, column, c) + lane;
-    const bool row_in = r >= __shfl_sync(full, row_lo, c) && r < __shfl_sync(full, row_hi, c);
-    const unsigned width = static_cast<unsigned>(planes.rect.width);
-    WindowSlice w;
-    w.at = start + (long long)r * planes.pitch + lane;
-    w.in = row_in && static_cast<unsigned>(x) < width;
-    w.right = row_in && static_cast<unsigned>(x + 1) < width;
-    return w;
-  }
-};
-
 struct FastBilinearParams {
   BilinearPlanes planes;
   PacketTables t;        // vx runs of one; t.shift_x, t.shift_y are floor(s)
@@ -114,7 +81,6 @@ struct FastBilinearParams {
   int groups;
   int chunk;       // exposures per x pass
   int rows_max;    // window rows reserved per exposure (the largest over packets)
-  int slots;       // raw window rows per warp copied ahead (<= kMaxSlots)
 };
 
 template <StorageCode S>
@@ -145,39 +111,156 @@ __global__ void bilinear_planes_kernel(StackView view, float4* values, float* di
   diagonal[index] = 0.5f * (d + a);
 }
 
-template <int RY, int VT, int NWY, int NWV, int MinBlocks>
-__global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kernel(FastBilinearParams P) {
-  constexpr int threads = kWarp * NWY * NWV;
-  constexpr int warps = NWY * NWV;
+// The block's warps split the work. The first NWY x NWV warps ("consumers") hold the trials'
+// sums and do only the y pass. The last NP warps ("producers") do the x pass: each streams its
+// share of the window rows through a ring of Depth raw rows filled by asynchronous copies, so
+// that Depth rows are in flight while it interpolates, and writes the next chunk's windows and
+// y weights while the consumers sum the current chunk. Kept apart, neither loop carries the
+// other's registers (with both in every warp, addressing was recomputed per row and the x pass
+// cost more instructions than the y pass).
+template <int RY, int VT, int NWY, int NWV, int NP, int Depth>
+__global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kernel(FastBilinearParams P) {
+  constexpr int consumer_warps = NWY * NWV;
+  constexpr int consumers = kWarp * consumer_warps;
+  constexpr int warps = consumer_warps + NP;
   constexpr int rows_per_block = NWY * RY;
   constexpr int packet_vy = NWV * VT;
 
-  // Shared memory: the warps' raw rows [warp][P.slots]; then per buffer (2) and exposure slot
-  // (chunk) the interpolated window, (Ra, Rb) pairs [rows_max][32] and S [rows_max][32]; then the
-  // y weights [buffer][exposure slot][packet_vy].
+  // Shared memory: the producers' raw rows [producer warp][Depth]; then per buffer (2) and
+  // exposure slot (chunk) the interpolated window, (Ra, Rb) pairs [rows_max][32] and
+  // S [rows_max][32]; then the y weights [buffer][exposure slot][packet_vy].
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   __shared__ LocalDigest scratch[warps];
   RawRow* raw_rows = reinterpret_cast<RawRow*>(shared_bytes);
-  float* windows = reinterpret_cast<float*>(raw_rows + warps * P.slots);
-  const int pair_floats = 2 * P.rows_max * kWarp;     // the (Ra, Rb) plane of one window
-  const int slot_floats = 3 * P.rows_max * kWarp;     // one window: pairs, then S
+  float* windows = reinterpret_cast<float*>(raw_rows + NP * Depth);
+  const int pair_floats = 2 * P.rows_max * kWarp;  // the (Ra, Rb) plane of one window
+  const int slot_floats = 3 * P.rows_max * kWarp;  // one window: pairs, then S
   YWeights* y_weights = reinterpret_cast<YWeights*>(windows + 2 * P.chunk * slot_floats);
   const BilinearPlanes& planes = P.planes;
   const PacketTables& t = P.t;
   const ScanOutputs& out = P.out;
 
   const PacketThread<NWY, RY> me(out, t, P.groups);
-  const int tid = me.tid, lane = me.lane, warp_id = me.warp_id, warp_y = me.warp_y, warp_v = me.warp_v;
-  const int group = me.group, block_x0 = me.block_x0, block_y0 = me.block_y0, x = me.x, y0 = me.y0;
+  const int tid = me.tid, lane = me.lane, warp_id = me.warp_id;
+  const int group = me.group, block_x0 = me.block_x0, block_y0 = me.block_y0;
   const int first = me.first, last = me.last;
   const int E = t.exposures;
   const int chunks = (E + P.chunk - 1) / P.chunk;
-  const std::size_t plane_pixels = std::size_t(planes.rect.height) * planes.pitch;
+  auto chunk_count = [&](int ch) { return min(P.chunk, E - ch * P.chunk); };
 
+  if (warp_id >= consumer_warps) {
+    // ---- producers: the x pass ----
+    const int pw = warp_id - consumer_warps, ptid = tid - consumers;
+    const long long plane_pixels = (long long)planes.rect.height * planes.pitch;
+    const unsigned width = static_cast<unsigned>(planes.rect.width);
+    const unsigned height = static_cast<unsigned>(planes.rect.height);
+    RawRow* ring = raw_rows + pw * Depth;
+    for (int p = first; p < last; ++p) {
+      const int gx = p % t.x_groups, gy = p / t.x_groups;
+      const int a = t.x_start[gx];  // runs of one vx
+      const int b0 = t.y_start[gy], nb = t.y_count[gy];
+      const int rows = rows_per_block + t.y_span[gy] + 1;
+      const int* y_min = t.y_min + gy * E;
+
+      // This warp's window rows: items c * rows + r of each chunk, every NP-th from the pw-th.
+      struct Item {
+        int ch, c, r;
+      };
+      auto settle = [&](Item& k) {
+        for (;;) {
+          while (k.r >= rows) {
+            k.r -= rows;
+            ++k.c;
+          }
+          if (k.ch >= chunks || k.c < chunk_count(k.ch)) return;
+          k.ch += 1;
+          k.c = 0;
+          k.r = pw;
+        }
+      };
+      auto advance = [&](Item& k) {
+        k.r += NP;
+        settle(k);
+      };
+      // Starts the copies of item k into ring slot `slot` (one commit group per item, empty
+      // past the end, so that a fixed wait count finds every item's group complete).
+      auto issue = [&](const Item& k, int slot) {
+        if (k.ch < chunks) {
+          const int e = k.ch * P.chunk + k.c;
+          const int column = block_x0 + t.shift_x[a * E + e] - planes.rect.x0 + lane;
+          const int Y = block_y0 + y_min[e] + k.r - planes.rect.y0;
+          const bool row_in = static_cast<unsigned>(Y) < height;
+          const bool in = row_in && static_cast<unsigned>(column) < width;
+          const bool right = row_in && static_cast<unsigned>(column + 1) < width;
+          const long long at = e * plane_pixels + (long long)Y * planes.pitch + column;
+          // Outside the planes a copy fills zeros and reads nothing (from a valid address).
+          copy_16_or_zero(&ring[slot].values[lane], planes.values + (in ? at : 0), in ? 16 : 0);
+          copy_4_or_zero(&ring[slot].diagonal[lane], planes.diagonal + (in ? at : 0), in ? 4 : 0);
+          if (lane == kWarp - 1)
+            copy_16_or_zero(&ring[slot].values[kWarp], planes.values + (right ? at + 1 : 0), right ? 16 : 0);
+        }
+        copy_async_commit();
+      };
+
+      Item ahead{0, 0, pw}, take{0, 0, pw};
+      settle(ahead);
+      settle(take);
+      for (int slot = 0; slot < Depth; ++slot, advance(ahead)) issue(ahead, slot);
+      int slot = 0, e_now = -1;
+      float fx = 0.0f, lx = 1.0f, gx0 = 1.0f, gx1 = 0.0f, hx = 0.0f;
+      for (int ch = 0; ch < chunks; ++ch) {
+        float* window = windows + (ch & 1) * P.chunk * slot_floats;
+        for (; take.ch == ch; advance(take), advance(ahead), slot = slot + 1 == Depth ? 0 : slot + 1) {
+          const int e = ch * P.chunk + take.c;
+          if (e != e_now) {
+            e_now = e;
+            fx = __ldg(P.x_frac + a * E + e);
+            lx = 1.0f - fx;
+            gx0 = lx * lx;
+            gx1 = fx * fx;
+            hx = 2.0f * lx * fx;
+          }
+          copy_async_wait<Depth - 1>();
+          __syncwarp();  // lanes read their right neighbour's copy
+          const float4 q = ring[slot].values[lane], right = ring[slot].values[lane + 1];
+          const float d = ring[slot].diagonal[lane];
+          __syncwarp();  // the slot is refilled below
+          issue(ahead, slot);
+          float* destination = window + take.c * slot_floats;
+          const int at = take.r * kWarp + lane;
+          reinterpret_cast<float2*>(destination)[at] =
+              make_float2(fmaf(fx, right.x, lx * q.x), fmaf(hx, q.z, fmaf(gx1, right.y, gx0 * q.y)));
+          destination[pair_floats + at] = fmaf(hx, d, fmaf(gx1, right.w, gx0 * q.w));
+        }
+        YWeights* weights = y_weights + (ch & 1) * P.chunk * packet_vy;
+        const int e0 = ch * P.chunk, count = chunk_count(ch);
+        for (int q = ptid; q < count * packet_vy; q += NP * kWarp) {
+          const int c = q / packet_vy, j = q - c * packet_vy, e = e0 + c;
+          YWeights w{};
+          if (j < nb) {
+            const int b = b0 + j;
+            const float fy = __ldg(P.y_frac + b * E + e), ly = 1.0f - fy;
+            w.low_high = make_float4(ly, fy, ly * ly, fy * fy);
+            w.cross = 2.0f * ly * fy;
+            w.row = t.shift_y[b * E + e] - y_min[e];
+          }
+          weights[c * packet_vy + j] = w;
+        }
+        __syncthreads();  // chunk ch is ready; the consumers have left chunk ch - 1's buffer
+      }
+      __syncthreads();  // the consumers' last chunk
+    }
+    write_block_digest(out, LocalDigest{}, block_key(out, group, block_x0, block_y0, kWarp, rows_per_block),
+                       scratch);
+    return;
+  }
+
+  // ---- consumers: the y pass and the trials ----
+  const int warp_y = me.warp_y, warp_v = me.warp_v, x = me.x, y0 = me.y0;
   // The thread's digest and top-k bounds live in shared memory: they are touched once per trial,
   // and in registers they would cost the main loop 12 + 2 RY of them.
-  __shared__ LocalDigest digests[threads];
-  __shared__ TopKBound bounds[RY][threads];
+  __shared__ LocalDigest digests[consumers];
+  __shared__ TopKBound bounds[RY][consumers];
   LocalDigest& digest = digests[tid];
   digest = LocalDigest{};
 #pragma unroll
@@ -185,104 +268,8 @@ __global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kern
 
   for (int p = first; p < last; ++p) {
     const int gx = p % t.x_groups, gy = p / t.x_groups;
-    const int a = t.x_start[gx];  // runs of one vx
+    const int a = t.x_start[gx];
     const int b0 = t.y_start[gy], nb = t.y_count[gy];
-    const int rows = rows_per_block + t.y_span[gy] + 1;
-    const int* y_min = t.y_min + gy * E;
-
-    // Where each exposure's window sits in the planes: lane c works it out for exposure c of a
-    // chunk, and the warp reads it by shuffles, so that a window row costs a multiply-add of
-    // addressing instead of table loads and 64-bit arithmetic.
-    auto place = [&](int ch) {
-      WindowPlacement w;
-      const int e = ch * P.chunk + lane;
-      if (lane < P.chunk && e < E) {
-        const int column = block_x0 + t.shift_x[a * E + e] - planes.rect.x0;
-        const int Y0 = block_y0 + y_min[e] - planes.rect.y0;
-        w.first = (long long)e * (long long)plane_pixels + (long long)Y0 * planes.pitch + column;
-        w.column = column;
-        w.row_lo = max(0, -Y0);
-        w.row_hi = min(rows, planes.rect.height - Y0);
-        w.fx = __ldg(P.x_frac + a * E + e);
-      }
-      return w;
-    };
-    // A warp takes the chunk's window rows (exposure c, row r) in the order c * rows + r,
-    // starting at its own index and stepping by the warp count.
-    auto step = [&](int& c, int& r) {
-      while (r >= rows) {
-        r -= rows;
-        ++c;
-      }
-    };
-
-    // The x pass of one chunk, in two halves so that the reads of the next chunk are in flight
-    // during this chunk's y pass: copy_rows() starts asynchronous copies of this warp's first
-    // P.slots window rows into its raw slots (no registers held), store_rows() interpolates them,
-    // and any further rows read there and then, into buffer `buf`. A column per lane.
-    RawRow* own_rows = raw_rows + warp_id * P.slots;
-    auto copy_rows = [&](int ch) {
-      const int count = min(P.chunk, E - ch * P.chunk);
-      const WindowPlacement mine = place(ch);
-      int c = 0, r = warp_id;
-      step(c, r);
-      for (int k = 0; k < P.slots && c < count; ++k, r += warps, step(c, r)) {
-        const WindowSlice w = mine.slice(c, r, lane, planes);
-        // Outside the planes a copy fills zeros and reads nothing (from a valid address).
-        __pipeline_memcpy_async(&own_rows[k].values[lane], planes.values + (w.in ? w.at : 0), 16, w.in ? 0 : 16);
-        __pipeline_memcpy_async(&own_rows[k].diagonal[lane], planes.diagonal + (w.in ? w.at : 0), 4, w.in ? 0 : 4);
-        if (lane == kWarp - 1)
-          __pipeline_memcpy_async(&own_rows[k].values[kWarp], planes.values + (w.right ? w.at + 1 : 0), 16,
-                                  w.right ? 0 : 16);
-      }
-      __pipeline_commit();
-    };
-    auto store_rows = [&](int ch, int buf) {
-      const int e0 = ch * P.chunk, count = min(P.chunk, E - e0);
-      float* window = windows + buf * P.chunk * slot_floats;
-      const WindowPlacement mine = place(ch);
-      __pipeline_wait_prior(0);
-      __syncwarp();  // lanes read their right neighbour's copy
-      int c = 0, r = warp_id;
-      step(c, r);
-      for (int k = 0; c < count; ++k, r += warps, step(c, r)) {
-        const float fx = __shfl_sync(0xffffffffu, mine.fx, c), lx = 1.0f - fx;
-        const float gx0 = lx * lx, gx1 = fx * fx, hx = 2.0f * lx * fx;
-        float4 q, right;
-        float d;
-        if (k < P.slots) {
-          q = own_rows[k].values[lane];
-          right = own_rows[k].values[lane + 1];
-          d = own_rows[k].diagonal[lane];
-        } else {
-          const WindowSlice w = mine.slice(c, r, lane, planes);
-          q = right = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          d = 0.0f;
-          if (w.in) {
-            q = __ldg(planes.values + w.at);
-            d = __ldg(planes.diagonal + w.at);
-          }
-          if (w.right) right = __ldg(planes.values + w.at + 1);
-        }
-        float* slot = window + c * slot_floats;
-        reinterpret_cast<float2*>(slot)[r * kWarp + lane] =
-            make_float2(fmaf(fx, right.x, lx * q.x), fmaf(hx, q.z, fmaf(gx1, right.y, gx0 * q.y)));
-        slot[pair_floats + r * kWarp + lane] = fmaf(hx, d, fmaf(gx1, right.w, gx0 * q.w));
-      }
-      YWeights* weights = y_weights + buf * P.chunk * packet_vy;
-      for (int q = tid; q < count * packet_vy; q += threads) {
-        const int c = q / packet_vy, j = q - c * packet_vy, e = e0 + c;
-        YWeights w{};
-        if (j < nb) {
-          const int b = b0 + j;
-          const float fy = __ldg(P.y_frac + b * E + e), ly = 1.0f - fy;
-          w.low_high = make_float4(ly, fy, ly * ly, fy * fy);
-          w.cross = 2.0f * ly * fy;
-          w.row = t.shift_y[b * E + e] - y_min[e];
-        }
-        weights[c * packet_vy + j] = w;
-      }
-    };
 
     float A[VT][RY], B[VT][RY];
 #pragma unroll
@@ -290,12 +277,13 @@ __global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kern
 #pragma unroll
       for (int j = 0; j < RY; ++j) A[k][j] = B[k][j] = 0.0f;
 
-    // The y pass of one chunk: per velocity of this thread, its rows of the window.
-    auto interpolate_y = [&](int ch, int buf) {
-      const int count = min(P.chunk, E - ch * P.chunk);
-      const float* window = windows + buf * P.chunk * slot_floats;
+    __syncthreads();  // chunk 0 is ready
+    for (int ch = 0; ch < chunks; ++ch) {
+      // Per velocity of this thread, its rows of each window of the chunk.
+      const int count = chunk_count(ch);
+      const float* window = windows + (ch & 1) * P.chunk * slot_floats;
       const int own = (warp_y * RY) * kWarp + lane;  // this thread's first origin row and column
-      const YWeights* weights = y_weights + buf * P.chunk * packet_vy + warp_v * VT;
+      const YWeights* weights = y_weights + (ch & 1) * P.chunk * packet_vy + warp_v * VT;
       for (int c = 0; c < count; ++c, window += slot_floats, weights += packet_vy) {
 #pragma unroll
         for (int k = 0; k < VT; ++k) {
@@ -316,10 +304,8 @@ __global__ void __launch_bounds__(kWarp* NWY* NWV, MinBlocks) fast_bilinear_kern
           }
         }
       }
-    };
-
-    // copy_rows() reuses the raw slots, which store_rows() last read before the previous barrier.
-    stream_chunks(chunks, copy_rows, interpolate_y, store_rows);
+      __syncthreads();  // done with this buffer; the next chunk is ready
+    }
 
     const int v_first = b0 + warp_v * VT;
 #pragma unroll
@@ -342,29 +328,28 @@ using FastBilinearKernel = void (*)(FastBilinearParams);
 
 struct FastBilinearVariant {
   std::string name;
-  int rows_per_thread, vy_per_thread, warps_y, warps_v, min_blocks;
+  int rows_per_thread, vy_per_thread, warps_y, warps_v, producer_warps, depth;
   FastBilinearKernel kernel;
-  int threads() const { return kWarp * warps_y * warps_v; }
+  int threads() const { return kWarp * (warps_y * warps_v + producer_warps); }
   int rows_per_block() const { return warps_y * rows_per_thread; }
   int packet_vy() const { return warps_v * vy_per_thread; }
 };
 
-template <int RY, int VT, int NWY, int NWV, int MinBlocks>
+template <int RY, int VT, int NWY, int NWV, int NP, int Depth>
 FastBilinearVariant make_bilinear_variant() {
   const std::string name = "bilinear-r" + std::to_string(RY) + "v" + std::to_string(VT) + "-w" +
-                           std::to_string(NWY) + "x" + std::to_string(NWV) + "-b" + std::to_string(MinBlocks);
-  return FastBilinearVariant{name, RY, VT, NWY, NWV, MinBlocks, fast_bilinear_kernel<RY, VT, NWY, NWV, MinBlocks>};
+                           std::to_string(NWY) + "x" + std::to_string(NWV) + "-p" + std::to_string(NP) + "d" +
+                           std::to_string(Depth);
+  return FastBilinearVariant{name, RY, VT, NWY, NWV, NP, Depth, fast_bilinear_kernel<RY, VT, NWY, NWV, NP, Depth>};
 }
 
-// In the automatic choice's order: the fastest on `dense` (H200: 24 vy per x pass), then the
-// next fastest shapes, the last one of two blocks per multiprocessor and less shared memory
-// (bench/RESULTS.md).
+// In the automatic choice's order (bench/RESULTS.md has the measured shapes).
 const std::vector<FastBilinearVariant>& bilinear_variants() {
   static const std::vector<FastBilinearVariant> list = {
-      make_bilinear_variant<8, 3, 2, 8, 1>(),
-      make_bilinear_variant<8, 2, 2, 8, 1>(),
-      make_bilinear_variant<8, 2, 1, 11, 1>(),
-      make_bilinear_variant<4, 4, 2, 4, 2>(),
+      make_bilinear_variant<8, 4, 2, 6, 4, 16>(),
+      make_bilinear_variant<8, 3, 2, 6, 4, 16>(),
+      make_bilinear_variant<8, 2, 2, 8, 4, 16>(),
+      make_bilinear_variant<8, 4, 2, 6, 4, 8>(),
   };
   return list;
 }
@@ -372,7 +357,7 @@ const std::vector<FastBilinearVariant>& bilinear_variants() {
 struct BilinearPlan {
   const FastBilinearVariant* variant = nullptr;
   std::string problem;
-  int chunk = 0, rows_max = 0, shared_bytes = 0, slots = 0;
+  int chunk = 0, rows_max = 0, shared_bytes = 0;
 };
 
 int shared_memory_per_multiprocessor() {
@@ -386,24 +371,18 @@ BilinearPlan plan_bilinear(const FastBilinearVariant& v, const AxisRuns& y_runs)
   BilinearPlan plan;
   plan.variant = &v;
   plan.rows_max = v.rows_per_block() + y_runs.max_span + 1;
-  const int warps = v.threads() / kWarp;
   const int slot_bytes = 3 * plan.rows_max * kWarp * int(sizeof(float)) + v.packet_vy() * int(sizeof(YWeights));
   cudaFuncAttributes attributes{};
   SHIFTSTACK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, v.kernel));
-  // Dynamic shared memory for min_blocks blocks per multiprocessor, beside the kernel's static
-  // arrays and the 1 KB per block the driver reserves.
+  // Dynamic shared memory for one block per multiprocessor, beside the kernel's static arrays
+  // and the 1 KB per block the driver reserves.
   const int static_bytes = int(attributes.sharedSizeBytes);
   const int per_block = std::min(max_shared_memory_per_block() - static_bytes,
-                                 shared_memory_per_multiprocessor() / v.min_blocks - static_bytes - 1024);
-  // The most raw rows per warp that leave room for two windows of one exposure.
-  for (plan.slots = kMaxSlots; plan.slots > 0; --plan.slots)
-    if (per_block - int(sizeof(RawRow)) * plan.slots * warps >= 2 * slot_bytes) break;
-  const int raw_bytes = int(sizeof(RawRow)) * plan.slots * warps;
+                                 shared_memory_per_multiprocessor() - static_bytes - 1024);
+  const int raw_bytes = int(sizeof(RawRow)) * v.producer_warps * v.depth;
   const int fitting = (per_block - raw_bytes) / (2 * slot_bytes);
-  // As many exposures as the copied rows hold (beyond them rows load without overlap).
-  const int prefetched = plan.slots * warps / plan.rows_max;
-  plan.chunk = std::min({kMaxChunk, fitting, std::max(1, prefetched)});
-  if (plan.slots < 1 || plan.chunk < 1) {
+  plan.chunk = std::min(kMaxChunk, fitting);
+  if (plan.chunk < 1) {
     plan.problem = "the packet's window (" + std::to_string(plan.rows_max) +
                    " rows) does not fit in shared memory twice";
     return plan;
@@ -511,7 +490,6 @@ class FastBilinearMethod final : public GatherMethod {
     params.groups = groups_;
     params.chunk = plan_.chunk;
     params.rows_max = plan_.rows_max;
-    params.slots = plan_.slots;
     const FastBilinearVariant& v = *plan_.variant;
     const dim3 grid((out.tile_width + kWarp - 1) / kWarp, (out.tile_height + v.rows_per_block() - 1) / v.rows_per_block(),
                     groups_);
