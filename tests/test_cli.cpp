@@ -73,11 +73,13 @@ TEST(Cli, MisspelledCommandsAndOptionsGetSuggestions) {
 }
 
 TEST(Cli, HelpDocumentsTheExitCodes) {
-  for (const char* args : {"--help", "demo --help", "bench --help"}) {
+  for (const char* args : {"--help", "demo --help", "bench --help", "search --help"}) {
     const Outcome r = shiftstack(args);
     EXPECT_EQ(r.status, 0) << r.output;
     for (const char* code : {"Exit codes", "105", "106", "109", "114"})
       EXPECT_TRUE(contains(r.output, code)) << args << ": " << code << " missing";
+    const std::size_t once = r.output.find("Exit codes");
+    EXPECT_EQ(r.output.find("Exit codes", once + 1), std::string::npos) << args << ": the exit codes twice";
   }
 }
 

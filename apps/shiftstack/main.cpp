@@ -33,8 +33,11 @@ int main(int argc, char** argv) {
   shiftstack::cli::add_search_many_commands(app);
 #endif
 
+  // Subcommands inherit the exit codes as their footer; those that set a footer of their own get
+  // the exit codes after it.
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
-    sub->footer(sub->get_footer().empty() ? std::string(exit_codes_text) : sub->get_footer() + "\n\n" + exit_codes_text);
+    if (sub->get_footer().find(exit_codes_text) == std::string::npos)
+      sub->footer(sub->get_footer() + "\n\n" + exit_codes_text);
 
   try {
     app.parse(argc, argv);
