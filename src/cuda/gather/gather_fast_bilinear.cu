@@ -118,13 +118,14 @@ __global__ void bilinear_planes_kernel(StackView view, float4* values, float* di
 // y weights while the consumers sum the current chunk. Kept apart, neither loop carries the
 // other's registers (with both in every warp, addressing was recomputed per row and the x pass
 // cost more instructions than the y pass).
-template <int RY, int VT, int NWY, int NWV, int NP, int Depth>
+template <int RY, int VT, int NWY, int NWV, int NP, int Depth, int Batch>
 __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kernel(FastBilinearParams P) {
   constexpr int consumer_warps = NWY * NWV;
   constexpr int consumers = kWarp * consumer_warps;
   constexpr int warps = consumer_warps + NP;
   constexpr int rows_per_block = NWY * RY;
   constexpr int packet_vy = NWV * VT;
+  static_assert(Depth % Batch == 0 && Depth >= 2 * Batch, "the ring holds whole batches, two at least");
 
   // Shared memory: the producers' raw rows [producer warp][Depth]; then per buffer (2) and
   // exposure slot (chunk) the interpolated window, (Ra, Rb) pairs [rows_max][32] and
@@ -206,31 +207,53 @@ __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kerne
       settle(ahead);
       settle(take);
       for (int slot = 0; slot < Depth; ++slot, advance(ahead)) issue(ahead, slot);
-      int slot = 0, e_now = -1;
-      float fx = 0.0f, lx = 1.0f, gx0 = 1.0f, gx1 = 0.0f, hx = 0.0f;
+      int slot = 0;
       for (int ch = 0; ch < chunks; ++ch) {
         float* window = windows + (ch & 1) * P.chunk * slot_floats;
-        for (; take.ch == ch; advance(take), advance(ahead), slot = slot + 1 == Depth ? 0 : slot + 1) {
-          const int e = ch * P.chunk + take.c;
-          if (e != e_now) {
-            e_now = e;
-            fx = __ldg(P.x_frac + a * E + e);
-            lx = 1.0f - fx;
-            gx0 = lx * lx;
-            gx1 = fx * fx;
-            hx = 2.0f * lx * fx;
+        // Batches of Batch items of this chunk, so that their loads and arithmetic overlap (one
+        // item at a time, the warp waited on every shared load and table read in turn).
+        while (take.ch == ch) {
+          Item item[Batch];
+          int from[Batch];
+#pragma unroll
+          for (int u = 0; u < Batch; ++u) {
+            item[u] = take;
+            from[u] = slot;
+            if (take.ch == ch) {
+              advance(take);
+              slot = slot + 1 == Depth ? 0 : slot + 1;
+            }
           }
-          copy_async_wait<Depth - 1>();
+          // Committed groups: Depth plus one per item taken before this batch, so Depth - Batch
+          // pending leaves every item of the batch complete.
+          copy_async_wait<Depth - Batch>();
           __syncwarp();  // lanes read their right neighbour's copy
-          const float4 q = ring[slot].values[lane], right = ring[slot].values[lane + 1];
-          const float d = ring[slot].diagonal[lane];
-          __syncwarp();  // the slot is refilled below
-          issue(ahead, slot);
-          float* destination = window + take.c * slot_floats;
-          const int at = take.r * kWarp + lane;
-          reinterpret_cast<float2*>(destination)[at] =
-              make_float2(fmaf(fx, right.x, lx * q.x), fmaf(hx, q.z, fmaf(gx1, right.y, gx0 * q.y)));
-          destination[pair_floats + at] = fmaf(hx, d, fmaf(gx1, right.w, gx0 * q.w));
+          float4 q[Batch], right[Batch];
+          float d[Batch], fx[Batch];
+#pragma unroll
+          for (int u = 0; u < Batch; ++u) {
+            q[u] = ring[from[u]].values[lane];
+            right[u] = ring[from[u]].values[lane + 1];
+            d[u] = ring[from[u]].diagonal[lane];
+            fx[u] = __ldg(P.x_frac + a * E + ch * P.chunk + item[u].c);
+          }
+          __syncwarp();  // the slots are refilled below
+#pragma unroll
+          for (int u = 0; u < Batch; ++u)
+            if (item[u].ch == ch) {
+              issue(ahead, from[u]);
+              advance(ahead);
+            }
+#pragma unroll
+          for (int u = 0; u < Batch; ++u) {
+            if (item[u].ch != ch) break;
+            const float lx = 1.0f - fx[u], gx0 = lx * lx, gx1 = fx[u] * fx[u], hx = 2.0f * lx * fx[u];
+            float* destination = window + item[u].c * slot_floats;
+            const int at = item[u].r * kWarp + lane;
+            reinterpret_cast<float2*>(destination)[at] = make_float2(
+                fmaf(fx[u], right[u].x, lx * q[u].x), fmaf(hx, q[u].z, fmaf(gx1, right[u].y, gx0 * q[u].y)));
+            destination[pair_floats + at] = fmaf(hx, d[u], fmaf(gx1, right[u].w, gx0 * q[u].w));
+          }
         }
         YWeights* weights = y_weights + (ch & 1) * P.chunk * packet_vy;
         const int e0 = ch * P.chunk, count = chunk_count(ch);
@@ -335,21 +358,21 @@ struct FastBilinearVariant {
   int packet_vy() const { return warps_v * vy_per_thread; }
 };
 
-template <int RY, int VT, int NWY, int NWV, int NP, int Depth>
+template <int RY, int VT, int NWY, int NWV, int NP, int Depth, int Batch>
 FastBilinearVariant make_bilinear_variant() {
   const std::string name = "bilinear-r" + std::to_string(RY) + "v" + std::to_string(VT) + "-w" +
                            std::to_string(NWY) + "x" + std::to_string(NWV) + "-p" + std::to_string(NP) + "d" +
-                           std::to_string(Depth);
-  return FastBilinearVariant{name, RY, VT, NWY, NWV, NP, Depth, fast_bilinear_kernel<RY, VT, NWY, NWV, NP, Depth>};
+                           std::to_string(Depth) + "b" + std::to_string(Batch);
+  return FastBilinearVariant{name, RY, VT, NWY, NWV, NP, Depth, fast_bilinear_kernel<RY, VT, NWY, NWV, NP, Depth, Batch>};
 }
 
 // In the automatic choice's order (bench/RESULTS.md has the measured shapes).
 const std::vector<FastBilinearVariant>& bilinear_variants() {
   static const std::vector<FastBilinearVariant> list = {
-      make_bilinear_variant<8, 4, 2, 6, 4, 16>(),
-      make_bilinear_variant<8, 3, 2, 6, 4, 16>(),
-      make_bilinear_variant<8, 2, 2, 8, 4, 16>(),
-      make_bilinear_variant<8, 4, 2, 6, 4, 8>(),
+      make_bilinear_variant<8, 4, 2, 6, 4, 16, 4>(),
+      make_bilinear_variant<8, 4, 2, 6, 4, 32, 4>(),
+      make_bilinear_variant<8, 4, 2, 6, 4, 16, 2>(),
+      make_bilinear_variant<8, 3, 2, 6, 4, 16, 4>(),
   };
   return list;
 }
