@@ -126,6 +126,7 @@ __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kerne
   constexpr int rows_per_block = NWY * RY;
   constexpr int packet_vy = NWV * VT;
   static_assert(Depth % Batch == 0 && Depth >= 2 * Batch, "the ring holds whole batches, two at least");
+  static_assert(rows_per_block >= NP, "a producer's step moves on one window exposure at most");
 
   // Shared memory: the producers' raw rows [producer warp][Depth]; then per buffer (2) and
   // exposure slot (chunk) the interpolated window, (Ra, Rb) pairs [rows_max][32] and
@@ -160,40 +161,47 @@ __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kerne
       const int gx = p % t.x_groups, gy = p / t.x_groups;
       const int a = t.x_start[gx];  // runs of one vx
       const int b0 = t.y_start[gy], nb = t.y_count[gy];
-      const int rows = rows_per_block + t.y_span[gy] + 1;
+      const int rows = rows_per_block + t.y_span[gy] + 1;  // > NP: a step moves on one exposure at most
       const int* y_min = t.y_min + gy * E;
 
       // This warp's window rows: items c * rows + r of each chunk, every NP-th from the pw-th.
       struct Item {
         int ch, c, r;
       };
-      auto settle = [&](Item& k) {
-        for (;;) {
-          while (k.r >= rows) {
-            k.r -= rows;
-            ++k.c;
-          }
-          if (k.ch >= chunks || k.c < chunk_count(k.ch)) return;
-          k.ch += 1;
-          k.c = 0;
-          k.r = pw;
-        }
-      };
       auto advance = [&](Item& k) {
         k.r += NP;
-        settle(k);
+        if (k.r >= rows) {
+          k.r -= rows;
+          if (++k.c == chunk_count(k.ch)) {
+            ++k.ch;
+            k.c = 0;
+            k.r = pw;
+          }
+        }
       };
+      // Where the issuing cursor's exposure sits, recomputed when it moves on (every rows / NP
+      // items): the lane's column, whether it and its right neighbour are inside the planes, and
+      // window row 0's offset (rows then cost one multiply-add).
+      int placed = -1, top = 0;
+      bool in_x = false, right_x = false;
+      long long base = 0;
       // Starts the copies of item k into ring slot `slot` (one commit group per item, empty
       // past the end, so that a fixed wait count finds every item's group complete).
       auto issue = [&](const Item& k, int slot) {
         if (k.ch < chunks) {
           const int e = k.ch * P.chunk + k.c;
-          const int column = block_x0 + t.shift_x[a * E + e] - planes.rect.x0 + lane;
-          const int Y = block_y0 + y_min[e] + k.r - planes.rect.y0;
+          if (e != placed) {
+            placed = e;
+            const int column = block_x0 + t.shift_x[a * E + e] - planes.rect.x0 + lane;
+            top = block_y0 + y_min[e] - planes.rect.y0;
+            in_x = static_cast<unsigned>(column) < width;
+            right_x = static_cast<unsigned>(column + 1) < width;
+            base = e * plane_pixels + column;
+          }
+          const int Y = top + k.r;
           const bool row_in = static_cast<unsigned>(Y) < height;
-          const bool in = row_in && static_cast<unsigned>(column) < width;
-          const bool right = row_in && static_cast<unsigned>(column + 1) < width;
-          const long long at = e * plane_pixels + (long long)Y * planes.pitch + column;
+          const bool in = row_in && in_x, right = row_in && right_x;
+          const long long at = base + (row_in ? Y : 0) * planes.pitch;  // < plane_pixels < 2^31 (scan())
           // Outside the planes a copy fills zeros and reads nothing (from a valid address).
           copy_16_or_zero(&ring[slot].values[lane], planes.values + (in ? at : 0), in ? 16 : 0);
           copy_4_or_zero(&ring[slot].diagonal[lane], planes.diagonal + (in ? at : 0), in ? 4 : 0);
@@ -204,12 +212,11 @@ __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kerne
       };
 
       Item ahead{0, 0, pw}, take{0, 0, pw};
-      settle(ahead);
-      settle(take);
       for (int slot = 0; slot < Depth; ++slot, advance(ahead)) issue(ahead, slot);
       int slot = 0;
       for (int ch = 0; ch < chunks; ++ch) {
         float* window = windows + (ch & 1) * P.chunk * slot_floats;
+        const float* x_frac = P.x_frac + a * E + ch * P.chunk;
         // Batches of Batch items of this chunk, so that their loads and arithmetic overlap (one
         // item at a time, the warp waited on every shared load and table read in turn).
         while (take.ch == ch) {
@@ -235,7 +242,7 @@ __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kerne
             q[u] = ring[from[u]].values[lane];
             right[u] = ring[from[u]].values[lane + 1];
             d[u] = ring[from[u]].diagonal[lane];
-            fx[u] = __ldg(P.x_frac + a * E + ch * P.chunk + item[u].c);
+            fx[u] = __ldg(x_frac + item[u].c);
           }
           __syncwarp();  // the slots are refilled below
 #pragma unroll
@@ -369,10 +376,10 @@ FastBilinearVariant make_bilinear_variant() {
 // In the automatic choice's order (bench/RESULTS.md has the measured shapes).
 const std::vector<FastBilinearVariant>& bilinear_variants() {
   static const std::vector<FastBilinearVariant> list = {
+      make_bilinear_variant<8, 4, 2, 4, 8, 16, 4>(),
+      make_bilinear_variant<8, 4, 2, 4, 8, 16, 2>(),
       make_bilinear_variant<8, 4, 2, 6, 4, 16, 4>(),
-      make_bilinear_variant<8, 4, 2, 6, 4, 32, 4>(),
       make_bilinear_variant<8, 4, 2, 6, 4, 16, 2>(),
-      make_bilinear_variant<8, 3, 2, 6, 4, 16, 4>(),
   };
   return list;
 }
@@ -494,6 +501,10 @@ class FastBilinearMethod final : public GatherMethod {
   void scan(const StackView& view, const ScanOutputs& out, cudaStream_t stream) override {
     require(view.covariances != nullptr, "internal: bilinear gather without covariance planes on the device");
     const int pitch = (view.rect.width + 31) / 32 * 32;
+    // The kernel's row offsets within one exposure's planes are 32-bit.
+    require((long long)view.rect.height * pitch < (1LL << 31),
+            "cuda-fast's bilinear kernel: a tile of " + std::to_string(view.rect.width) + " x " +
+                std::to_string(view.rect.height) + " pixels is too large for one exposure's planes");
     const std::size_t pixels = std::size_t(view.exposures) * view.rect.height * pitch;
     values_.resize(pixels);
     diagonal_.resize(pixels);
