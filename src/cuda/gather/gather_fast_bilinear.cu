@@ -81,6 +81,7 @@ struct FastBilinearParams {
   int groups;
   int chunk;       // exposures per x pass
   int rows_max;    // window rows reserved per exposure (the largest over packets)
+  int slots;       // raw rows per producer warp and exposure: ceil(rows_max / producer warps)
 };
 
 template <StorageCode S>
@@ -113,22 +114,20 @@ __global__ void bilinear_planes_kernel(StackView view, float4* values, float* di
 
 // The block's warps split the work. The first NWY x NWV warps ("consumers") hold the trials'
 // sums and do only the y pass. The last NP warps ("producers") do the x pass: each streams its
-// share of the window rows through a ring of Depth raw rows filled by asynchronous copies, so
-// that Depth rows are in flight while it interpolates, and writes the next chunk's windows and
-// y weights while the consumers sum the current chunk. Kept apart, neither loop carries the
+// share of the window rows through a ring of Depth exposures filled by asynchronous copies, and
+// writes the next chunk's windows and y weights while the consumers sum the current chunk. Kept apart, neither loop carries the
 // other's registers (with both in every warp, addressing was recomputed per row and the x pass
 // cost more instructions than the y pass).
-template <int RY, int VT, int NWY, int NWV, int NP, int Depth, int Batch>
+template <int RY, int VT, int NWY, int NWV, int NP, int Depth>
 __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kernel(FastBilinearParams P) {
   constexpr int consumer_warps = NWY * NWV;
   constexpr int consumers = kWarp * consumer_warps;
   constexpr int warps = consumer_warps + NP;
   constexpr int rows_per_block = NWY * RY;
   constexpr int packet_vy = NWV * VT;
-  static_assert(Depth % Batch == 0 && Depth >= 2 * Batch, "the ring holds whole batches, two at least");
-  static_assert(rows_per_block >= NP, "a producer's step moves on one window exposure at most");
+  static_assert(Depth >= 2 && (Depth & (Depth - 1)) == 0, "the ring's places are counted modulo Depth");
 
-  // Shared memory: the producers' raw rows [producer warp][Depth]; then per buffer (2) and
+  // Shared memory: the producers' raw rows [producer warp][Depth][P.slots]; then per buffer (2) and
   // exposure slot (chunk) the interpolated window, (Ra, Rb) pairs [rows_max][32] and
   // S [rows_max][32]; then the y weights [buffer][exposure slot][packet_vy].
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -152,118 +151,73 @@ __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kerne
 
   if (warp_id >= consumer_warps) {
     // ---- producers: the x pass ----
+    // Exposures stream through a ring of Depth places, each holding this warp's rows of one
+    // exposure (rows pw, pw + NP, ...: P.slots at most): while it interpolates exposure e, the
+    // copies of the next Depth - 1 exposures are in flight. Placement is worked out once per
+    // exposure; a row costs a multiply-add of addressing.
     const int pw = warp_id - consumer_warps, ptid = tid - consumers;
     const long long plane_pixels = (long long)planes.rect.height * planes.pitch;
     const unsigned width = static_cast<unsigned>(planes.rect.width);
     const unsigned height = static_cast<unsigned>(planes.rect.height);
-    RawRow* ring = raw_rows + pw * Depth;
+    RawRow* ring = raw_rows + pw * Depth * P.slots;
     for (int p = first; p < last; ++p) {
       const int gx = p % t.x_groups, gy = p / t.x_groups;
       const int a = t.x_start[gx];  // runs of one vx
       const int b0 = t.y_start[gy], nb = t.y_count[gy];
-      const int rows = rows_per_block + t.y_span[gy] + 1;  // > NP: a step moves on one exposure at most
+      const int rows = rows_per_block + t.y_span[gy] + 1;
       const int* y_min = t.y_min + gy * E;
 
-      // This warp's window rows: items c * rows + r of each chunk, every NP-th from the pw-th.
-      struct Item {
-        int ch, c, r;
-      };
-      auto advance = [&](Item& k) {
-        k.r += NP;
-        if (k.r >= rows) {
-          k.r -= rows;
-          if (++k.c == chunk_count(k.ch)) {
-            ++k.ch;
-            k.c = 0;
-            k.r = pw;
+      // Starts the copies of this warp's rows of exposure e into `place` (one commit group per
+      // exposure, empty past the last, so that a fixed wait count finds exposure e complete).
+      auto issue = [&](int e, RawRow* place) {
+        if (e < E) {
+          const int column = block_x0 + t.shift_x[a * E + e] - planes.rect.x0 + lane;
+          const int top = block_y0 + y_min[e] - planes.rect.y0;
+          const bool in_x = static_cast<unsigned>(column) < width;
+          const bool right_x = static_cast<unsigned>(column + 1) < width;
+          const long long base = e * plane_pixels + column;
+          for (int r = pw; r < rows; r += NP, ++place) {
+            const int Y = top + r;
+            const bool row_in = static_cast<unsigned>(Y) < height;
+            const bool in = row_in && in_x, right = row_in && right_x;
+            const long long at = base + (row_in ? Y : 0) * planes.pitch;  // < 2^31 per exposure (scan())
+            // Outside the planes a copy fills zeros and reads nothing (from a valid address).
+            copy_16_or_zero(&place->values[lane], planes.values + (in ? at : 0), in ? 16 : 0);
+            copy_4_or_zero(&place->diagonal[lane], planes.diagonal + (in ? at : 0), in ? 4 : 0);
+            if (lane == kWarp - 1)
+              copy_16_or_zero(&place->values[kWarp], planes.values + (right ? at + 1 : 0), right ? 16 : 0);
           }
-        }
-      };
-      // Where the issuing cursor's exposure sits, recomputed when it moves on (every rows / NP
-      // items): the lane's column, whether it and its right neighbour are inside the planes, and
-      // window row 0's offset (rows then cost one multiply-add).
-      int placed = -1, top = 0;
-      bool in_x = false, right_x = false;
-      long long base = 0;
-      // Starts the copies of item k into ring slot `slot` (one commit group per item, empty
-      // past the end, so that a fixed wait count finds every item's group complete).
-      auto issue = [&](const Item& k, int slot) {
-        if (k.ch < chunks) {
-          const int e = k.ch * P.chunk + k.c;
-          if (e != placed) {
-            placed = e;
-            const int column = block_x0 + t.shift_x[a * E + e] - planes.rect.x0 + lane;
-            top = block_y0 + y_min[e] - planes.rect.y0;
-            in_x = static_cast<unsigned>(column) < width;
-            right_x = static_cast<unsigned>(column + 1) < width;
-            base = e * plane_pixels + column;
-          }
-          const int Y = top + k.r;
-          const bool row_in = static_cast<unsigned>(Y) < height;
-          const bool in = row_in && in_x, right = row_in && right_x;
-          const long long at = base + (row_in ? Y : 0) * planes.pitch;  // < plane_pixels < 2^31 (scan())
-          // Outside the planes a copy fills zeros and reads nothing (from a valid address).
-          copy_16_or_zero(&ring[slot].values[lane], planes.values + (in ? at : 0), in ? 16 : 0);
-          copy_4_or_zero(&ring[slot].diagonal[lane], planes.diagonal + (in ? at : 0), in ? 4 : 0);
-          if (lane == kWarp - 1)
-            copy_16_or_zero(&ring[slot].values[kWarp], planes.values + (right ? at + 1 : 0), right ? 16 : 0);
         }
         copy_async_commit();
       };
 
-      Item ahead{0, 0, pw}, take{0, 0, pw};
-      for (int slot = 0; slot < Depth; ++slot, advance(ahead)) issue(ahead, slot);
-      int slot = 0;
+      for (int e = 0; e < Depth; ++e) issue(e, ring + e * P.slots);
       for (int ch = 0; ch < chunks; ++ch) {
         float* window = windows + (ch & 1) * P.chunk * slot_floats;
-        const float* x_frac = P.x_frac + a * E + ch * P.chunk;
-        // Batches of Batch items of this chunk, so that their loads and arithmetic overlap (one
-        // item at a time, the warp waited on every shared load and table read in turn).
-        while (take.ch == ch) {
-          Item item[Batch];
-          int from[Batch];
-#pragma unroll
-          for (int u = 0; u < Batch; ++u) {
-            item[u] = take;
-            from[u] = slot;
-            if (take.ch == ch) {
-              advance(take);
-              slot = slot + 1 == Depth ? 0 : slot + 1;
-            }
-          }
-          // Committed groups: Depth plus one per item taken before this batch, so Depth - Batch
-          // pending leaves every item of the batch complete.
-          copy_async_wait<Depth - Batch>();
+        const int count = chunk_count(ch);
+        for (int c = 0; c < count; ++c, window += slot_floats) {
+          const int e = ch * P.chunk + c;
+          RawRow* place = ring + (e & (Depth - 1)) * P.slots;
+          const float fx = __ldg(P.x_frac + a * E + e), lx = 1.0f - fx;
+          const float gx0 = lx * lx, gx1 = fx * fx, hx = 2.0f * lx * fx;
+          // Committed groups: Depth plus one per exposure taken before, so Depth - 1 pending
+          // leaves exposure e complete.
+          copy_async_wait<Depth - 1>();
           __syncwarp();  // lanes read their right neighbour's copy
-          float4 q[Batch], right[Batch];
-          float d[Batch], fx[Batch];
-#pragma unroll
-          for (int u = 0; u < Batch; ++u) {
-            q[u] = ring[from[u]].values[lane];
-            right[u] = ring[from[u]].values[lane + 1];
-            d[u] = ring[from[u]].diagonal[lane];
-            fx[u] = __ldg(x_frac + item[u].c);
+          const RawRow* row = place;
+#pragma unroll 4
+          for (int r = pw; r < rows; r += NP, ++row) {
+            const float4 q = row->values[lane], right = row->values[lane + 1];
+            const float d = row->diagonal[lane];
+            reinterpret_cast<float2*>(window)[r * kWarp + lane] =
+                make_float2(fmaf(fx, right.x, lx * q.x), fmaf(hx, q.z, fmaf(gx1, right.y, gx0 * q.y)));
+            window[pair_floats + r * kWarp + lane] = fmaf(hx, d, fmaf(gx1, right.w, gx0 * q.w));
           }
-          __syncwarp();  // the slots are refilled below
-#pragma unroll
-          for (int u = 0; u < Batch; ++u)
-            if (item[u].ch == ch) {
-              issue(ahead, from[u]);
-              advance(ahead);
-            }
-#pragma unroll
-          for (int u = 0; u < Batch; ++u) {
-            if (item[u].ch != ch) break;
-            const float lx = 1.0f - fx[u], gx0 = lx * lx, gx1 = fx[u] * fx[u], hx = 2.0f * lx * fx[u];
-            float* destination = window + item[u].c * slot_floats;
-            const int at = item[u].r * kWarp + lane;
-            reinterpret_cast<float2*>(destination)[at] = make_float2(
-                fmaf(fx[u], right[u].x, lx * q[u].x), fmaf(hx, q[u].z, fmaf(gx1, right[u].y, gx0 * q[u].y)));
-            destination[pair_floats + at] = fmaf(hx, d[u], fmaf(gx1, right[u].w, gx0 * q[u].w));
-          }
+          __syncwarp();  // the place is refilled below
+          issue(e + Depth, place);
         }
         YWeights* weights = y_weights + (ch & 1) * P.chunk * packet_vy;
-        const int e0 = ch * P.chunk, count = chunk_count(ch);
+        const int e0 = ch * P.chunk;
         for (int q = ptid; q < count * packet_vy; q += NP * kWarp) {
           const int c = q / packet_vy, j = q - c * packet_vy, e = e0 + c;
           YWeights w{};
@@ -365,21 +319,21 @@ struct FastBilinearVariant {
   int packet_vy() const { return warps_v * vy_per_thread; }
 };
 
-template <int RY, int VT, int NWY, int NWV, int NP, int Depth, int Batch>
+template <int RY, int VT, int NWY, int NWV, int NP, int Depth>
 FastBilinearVariant make_bilinear_variant() {
   const std::string name = "bilinear-r" + std::to_string(RY) + "v" + std::to_string(VT) + "-w" +
                            std::to_string(NWY) + "x" + std::to_string(NWV) + "-p" + std::to_string(NP) + "d" +
-                           std::to_string(Depth) + "b" + std::to_string(Batch);
-  return FastBilinearVariant{name, RY, VT, NWY, NWV, NP, Depth, fast_bilinear_kernel<RY, VT, NWY, NWV, NP, Depth, Batch>};
+                           std::to_string(Depth);
+  return FastBilinearVariant{name, RY, VT, NWY, NWV, NP, Depth, fast_bilinear_kernel<RY, VT, NWY, NWV, NP, Depth>};
 }
 
 // In the automatic choice's order (bench/RESULTS.md has the measured shapes).
 const std::vector<FastBilinearVariant>& bilinear_variants() {
   static const std::vector<FastBilinearVariant> list = {
-      make_bilinear_variant<8, 4, 2, 4, 8, 16, 4>(),
-      make_bilinear_variant<8, 4, 2, 4, 8, 16, 2>(),
-      make_bilinear_variant<8, 4, 2, 6, 4, 16, 4>(),
-      make_bilinear_variant<8, 4, 2, 6, 4, 16, 2>(),
+      make_bilinear_variant<8, 4, 2, 4, 8, 4>(),
+      make_bilinear_variant<8, 4, 2, 6, 4, 4>(),
+      make_bilinear_variant<8, 4, 2, 4, 8, 2>(),
+      make_bilinear_variant<8, 3, 2, 6, 4, 4>(),
   };
   return list;
 }
@@ -387,7 +341,7 @@ const std::vector<FastBilinearVariant>& bilinear_variants() {
 struct BilinearPlan {
   const FastBilinearVariant* variant = nullptr;
   std::string problem;
-  int chunk = 0, rows_max = 0, shared_bytes = 0;
+  int chunk = 0, rows_max = 0, shared_bytes = 0, slots = 0;
 };
 
 int shared_memory_per_multiprocessor() {
@@ -409,7 +363,8 @@ BilinearPlan plan_bilinear(const FastBilinearVariant& v, const AxisRuns& y_runs)
   const int static_bytes = int(attributes.sharedSizeBytes);
   const int per_block = std::min(max_shared_memory_per_block() - static_bytes,
                                  shared_memory_per_multiprocessor() - static_bytes - 1024);
-  const int raw_bytes = int(sizeof(RawRow)) * v.producer_warps * v.depth;
+  plan.slots = (plan.rows_max + v.producer_warps - 1) / v.producer_warps;
+  const int raw_bytes = int(sizeof(RawRow)) * v.producer_warps * v.depth * plan.slots;
   const int fitting = (per_block - raw_bytes) / (2 * slot_bytes);
   plan.chunk = std::min(kMaxChunk, fitting);
   if (plan.chunk < 1) {
@@ -524,6 +479,7 @@ class FastBilinearMethod final : public GatherMethod {
     params.groups = groups_;
     params.chunk = plan_.chunk;
     params.rows_max = plan_.rows_max;
+    params.slots = plan_.slots;
     const FastBilinearVariant& v = *plan_.variant;
     const dim3 grid((out.tile_width + kWarp - 1) / kWarp, (out.tile_height + v.rows_per_block() - 1) / v.rows_per_block(),
                     groups_);
