@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kerne
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   __shared__ LocalDigest scratch[warps];
   RawRow* raw_rows = reinterpret_cast<RawRow*>(shared_bytes);
-  float* windows = reinterpret_cast<float*>(raw_rows + NP * Depth);
+  float* windows = reinterpret_cast<float*>(raw_rows + NP * Depth * P.slots);
   const int pair_floats = 2 * P.rows_max * kWarp;  // the (Ra, Rb) plane of one window
   const int slot_floats = 3 * P.rows_max * kWarp;  // one window: pairs, then S
   YWeights* y_weights = reinterpret_cast<YWeights*>(windows + 2 * P.chunk * slot_floats);
@@ -330,9 +330,9 @@ FastBilinearVariant make_bilinear_variant() {
 // In the automatic choice's order (bench/RESULTS.md has the measured shapes).
 const std::vector<FastBilinearVariant>& bilinear_variants() {
   static const std::vector<FastBilinearVariant> list = {
-      make_bilinear_variant<8, 4, 2, 4, 8, 4>(),
       make_bilinear_variant<8, 4, 2, 6, 4, 4>(),
       make_bilinear_variant<8, 4, 2, 4, 8, 2>(),
+      make_bilinear_variant<8, 4, 2, 4, 8, 4>(),
       make_bilinear_variant<8, 3, 2, 6, 4, 4>(),
   };
   return list;
