@@ -310,36 +310,46 @@ __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kerne
 
 using FastBilinearKernel = void (*)(FastBilinearParams);
 
+// A shape of the kernel, built with two ring depths: 4 exposures in flight, or 2 where the
+// deeper ring leaves no room for the windows (large packet windows: coarse grids along vy).
 struct FastBilinearVariant {
   std::string name;
-  int rows_per_thread, vy_per_thread, warps_y, warps_v, producer_warps, depth;
-  FastBilinearKernel kernel;
+  int rows_per_thread, vy_per_thread, warps_y, warps_v, producer_warps;
+  FastBilinearKernel deep, shallow;  // rings of kDeepRing and kShallowRing exposures
   int threads() const { return kWarp * (warps_y * warps_v + producer_warps); }
   int rows_per_block() const { return warps_y * rows_per_thread; }
   int packet_vy() const { return warps_v * vy_per_thread; }
 };
 
-template <int RY, int VT, int NWY, int NWV, int NP, int Depth>
+constexpr int kDeepRing = 4, kShallowRing = 2;
+
+template <int RY, int VT, int NWY, int NWV, int NP>
 FastBilinearVariant make_bilinear_variant() {
   const std::string name = "bilinear-r" + std::to_string(RY) + "v" + std::to_string(VT) + "-w" +
-                           std::to_string(NWY) + "x" + std::to_string(NWV) + "-p" + std::to_string(NP) + "d" +
-                           std::to_string(Depth);
-  return FastBilinearVariant{name, RY, VT, NWY, NWV, NP, Depth, fast_bilinear_kernel<RY, VT, NWY, NWV, NP, Depth>};
+                           std::to_string(NWY) + "x" + std::to_string(NWV) + "-p" + std::to_string(NP);
+  return FastBilinearVariant{name,
+                             RY,
+                             VT,
+                             NWY,
+                             NWV,
+                             NP,
+                             fast_bilinear_kernel<RY, VT, NWY, NWV, NP, kDeepRing>,
+                             fast_bilinear_kernel<RY, VT, NWY, NWV, NP, kShallowRing>};
 }
 
-// In the automatic choice's order (bench/RESULTS.md has the measured shapes).
+// In the automatic choice's order: the fastest on `dense` first (bench/RESULTS.md).
 const std::vector<FastBilinearVariant>& bilinear_variants() {
   static const std::vector<FastBilinearVariant> list = {
-      make_bilinear_variant<8, 4, 2, 6, 4, 4>(),
-      make_bilinear_variant<8, 4, 2, 4, 8, 2>(),
-      make_bilinear_variant<8, 4, 2, 4, 8, 4>(),
-      make_bilinear_variant<8, 3, 2, 6, 4, 4>(),
+      make_bilinear_variant<8, 4, 2, 6, 4>(),
+      make_bilinear_variant<8, 4, 2, 4, 8>(),
+      make_bilinear_variant<8, 3, 2, 6, 4>(),
   };
   return list;
 }
 
 struct BilinearPlan {
   const FastBilinearVariant* variant = nullptr;
+  FastBilinearKernel kernel = nullptr;  // the variant's deep or shallow build
   std::string problem;
   int chunk = 0, rows_max = 0, shared_bytes = 0, slots = 0;
 };
@@ -355,24 +365,26 @@ BilinearPlan plan_bilinear(const FastBilinearVariant& v, const AxisRuns& y_runs)
   BilinearPlan plan;
   plan.variant = &v;
   plan.rows_max = v.rows_per_block() + y_runs.max_span + 1;
-  const int slot_bytes = 3 * plan.rows_max * kWarp * int(sizeof(float)) + v.packet_vy() * int(sizeof(YWeights));
-  cudaFuncAttributes attributes{};
-  SHIFTSTACK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, v.kernel));
-  // Dynamic shared memory for one block per multiprocessor, beside the kernel's static arrays
-  // and the 1 KB per block the driver reserves.
-  const int static_bytes = int(attributes.sharedSizeBytes);
-  const int per_block = std::min(max_shared_memory_per_block() - static_bytes,
-                                 shared_memory_per_multiprocessor() - static_bytes - 1024);
   plan.slots = (plan.rows_max + v.producer_warps - 1) / v.producer_warps;
-  const int raw_bytes = int(sizeof(RawRow)) * v.producer_warps * v.depth * plan.slots;
-  const int fitting = (per_block - raw_bytes) / (2 * slot_bytes);
-  plan.chunk = std::min(kMaxChunk, fitting);
-  if (plan.chunk < 1) {
-    plan.problem = "the packet's window (" + std::to_string(plan.rows_max) +
-                   " rows) does not fit in shared memory twice";
-    return plan;
+  const int slot_bytes = 3 * plan.rows_max * kWarp * int(sizeof(float)) + v.packet_vy() * int(sizeof(YWeights));
+  for (const auto& [kernel, depth] : {std::pair{v.deep, kDeepRing}, std::pair{v.shallow, kShallowRing}}) {
+    cudaFuncAttributes attributes{};
+    SHIFTSTACK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    // Dynamic shared memory for one block per multiprocessor, beside the kernel's static arrays
+    // and the 1 KB per block the driver reserves.
+    const int static_bytes = int(attributes.sharedSizeBytes);
+    const int per_block = std::min(max_shared_memory_per_block() - static_bytes,
+                                   shared_memory_per_multiprocessor() - static_bytes - 1024);
+    const int raw_bytes = int(sizeof(RawRow)) * v.producer_warps * depth * plan.slots;
+    plan.chunk = std::min(kMaxChunk, (per_block - raw_bytes) / (2 * slot_bytes));
+    if (plan.chunk >= 1) {
+      plan.kernel = kernel;
+      plan.shared_bytes = 2 * plan.chunk * slot_bytes + raw_bytes;
+      return plan;
+    }
   }
-  plan.shared_bytes = 2 * plan.chunk * slot_bytes + raw_bytes;
+  plan.problem = "the packet's window (" + std::to_string(plan.rows_max) +
+                 " rows) does not fit in shared memory twice beside the producers' rings";
   return plan;
 }
 
@@ -442,10 +454,10 @@ class FastBilinearMethod final : public GatherMethod {
     upload_bytes_per_pixel_ = input.stack->bytes_per_pair() + sizeof(float4);  // pairs and covariances
 
     SHIFTSTACK_CUDA_CHECK(
-        cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan_.shared_bytes));
+        cudaFuncSetAttribute(plan_.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan_.shared_bytes));
     int per_sm = 0;
     SHIFTSTACK_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v.kernel, v.threads(), plan_.shared_bytes));
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plan_.kernel, v.threads(), plan_.shared_bytes));
     require(per_sm > 0, "cuda-fast: bilinear variant " + v.name + " does not fit on a multiprocessor");
     const long long origin_blocks = (long long)((input.region.width + kWarp - 1) / kWarp) *
                                     ((input.region.height + v.rows_per_block() - 1) / v.rows_per_block());
@@ -483,7 +495,7 @@ class FastBilinearMethod final : public GatherMethod {
     const FastBilinearVariant& v = *plan_.variant;
     const dim3 grid((out.tile_width + kWarp - 1) / kWarp, (out.tile_height + v.rows_per_block() - 1) / v.rows_per_block(),
                     groups_);
-    v.kernel<<<grid, v.threads(), plan_.shared_bytes, stream>>>(params);
+    plan_.kernel<<<grid, v.threads(), plan_.shared_bytes, stream>>>(params);
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 
