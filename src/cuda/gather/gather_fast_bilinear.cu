@@ -18,8 +18,9 @@
 // So a packet is one vx and a run of vy. Per exposure the block first interpolates along x
 // (Ra, Rb, S over the packet's window, in shared memory: the "x pass"); every (vy, origin) then
 // costs five FMAs on three shared values per row, a thread's consecutive origin rows sharing
-// their rows (the "y pass"). Before the scans, a pass over the tile writes the weighted, masked
-// planes the x pass reads (psi, phi, ch, cv as a float4 and D), so the inner loops have no tests.
+// their rows (the "y pass"). Separate warps of the block run the two passes (see the kernel).
+// Before the scans, a pass over the tile writes the weighted, masked planes the x pass reads
+// (psi, phi, ch, cv as a float4 and D), so the inner loops have no tests.
 //
 // Against the reference (FP64 positions per origin): the weights come from frac(s) rather than
 // from frac(fl(x + s)); the two differ by at most one ulp of x + s (2^-41 for images below 4096
