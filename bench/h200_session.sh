@@ -9,10 +9,11 @@
 #   PHASE=4: fractional-shift validation of those engines (PAIRS near masks with the standard kit,
 #            AWAY_PAIRS with sparse masks and away-placed windows); reports tarred into $OUT
 #   PHASE=5: one lease's check of the GPU engines: the whole GPU test suite, compute-sanitizer
-#            racecheck and memcheck on the Fourier route's and the gathers' small-stack tests,
+#            racecheck and memcheck on the Fourier route's and the gathers' small-stack tests
+#            and on every cuda-fast bilinear shape,
 #            `bench` of every GPU engine x encoding on ci, kbmod, dense (with the Fourier-route
 #            stage times in the JSON), `bench --top-k 8` on kbmod (KBMOD's results_per_pixel,
-#            lists downloaded), and fractional shifts on dense (cuda-fast, cuda-fourier)
+#            lists downloaded), and fractional shifts on dense (cuda-fast, cuda-fourier, cuda-tc)
 # Logs and JSON land in $OUT.
 set -u
 out=${OUT:-h200-out}
@@ -49,7 +50,7 @@ elif [ "$PHASE" = 5 ]; then
   timeout "$(within 200)" "$bin/shiftstack_gpu_tests" --gtest_brief=1 > "$out/gpu_tests.log" 2>&1
   echo "exit $?" | tee -a "$out/gpu_tests.log" "$out/summary.txt"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|FAILED TEST" "$out/gpu_tests.log" | tail -12 | tee -a "$out/summary.txt"
-  sanitized='GpuFourier.FractionalShifts*:GpuFourier.ExactGatherOfEveryTrial:GpuFourier.TinyStackAllEnginesWithTopK:GpuGatherSanitizer.*'
+  sanitized='GpuFourier.FractionalShifts*:GpuFourier.ExactGatherOfEveryTrial:GpuFourier.TinyStackAllEnginesWithTopK:GpuGatherSanitizer.*:GpuGather.EveryFastBilinearVariantMatchesReference'
   for tool in racecheck memcheck; do
     step "compute-sanitizer $tool: $sanitized"
     timeout "$(within 150)" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/shiftstack_gpu_tests" \
@@ -74,9 +75,9 @@ elif [ "$PHASE" = 5 ]; then
       grep -v "stages (ms)" "$out/bench_kbmod_top8.txt" | tail -12 | tee -a "$out/summary.txt"
     fi
   done
-  step "bench dense, fractional shifts (cuda-fast runs the tiled bilinear kernel; cuda-fourier)"
+  step "bench dense, fractional shifts (cuda-fast's bilinear kernel, cuda-fourier, cuda-tc)"
   timeout "$(within 90)" "$bin/shiftstack" bench --workload dense --shifts fractional \
-    --engine cuda-fast cuda-fourier --encoding fp32 fp16 --runs 3 --baseline cuda-serial \
+    --engine cuda-fast cuda-fourier cuda-tc --encoding fp32 fp16 --runs 3 --baseline cuda-serial \
     --json "$out/bench_dense_fractional.json" > "$out/bench_dense_fractional.txt" 2>&1
   echo "exit $?" >> "$out/bench_dense_fractional.txt"
   tail -8 "$out/bench_dense_fractional.txt" | tee -a "$out/summary.txt"
