@@ -116,9 +116,9 @@ __global__ void bilinear_planes_kernel(StackView view, float4* values, float* di
 // The block's warps split the work. The first NWY x NWV warps ("consumers") hold the trials'
 // sums and do only the y pass. The last NP warps ("producers") do the x pass: each streams its
 // share of the window rows through a ring of Depth exposures filled by asynchronous copies, and
-// writes the next chunk's windows and y weights while the consumers sum the current chunk. Kept apart, neither loop carries the
-// other's registers (with both in every warp, addressing was recomputed per row and the x pass
-// cost more instructions than the y pass).
+// writes the next chunk's windows and y weights while the consumers sum the current chunk.
+// Kept apart, neither loop carries the other's registers (with both in every warp, addressing
+// was recomputed per row and the x pass cost more instructions than the y pass).
 template <int RY, int VT, int NWY, int NWV, int NP, int Depth>
 __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kernel(FastBilinearParams P) {
   constexpr int consumer_warps = NWY * NWV;
@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(kWarp*(NWY * NWV + NP), 1) fast_bilinear_kerne
   constexpr int packet_vy = NWV * VT;
   static_assert(Depth >= 2 && (Depth & (Depth - 1)) == 0, "the ring's places are counted modulo Depth");
 
-  // Shared memory: the producers' raw rows [producer warp][Depth][P.slots]; then per buffer (2) and
-  // exposure slot (chunk) the interpolated window, (Ra, Rb) pairs [rows_max][32] and
+  // Shared memory: the producers' raw rows [producer warp][Depth][P.slots]; then per buffer (2)
+  // and exposure slot (chunk) the interpolated window, (Ra, Rb) pairs [rows_max][32] and
   // S [rows_max][32]; then the y weights [buffer][exposure slot][packet_vy].
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   __shared__ LocalDigest scratch[warps];
