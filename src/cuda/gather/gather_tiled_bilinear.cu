@@ -59,16 +59,10 @@ __global__ void __launch_bounds__(bilinear_threads)
   __shared__ LocalDigest scratch[bilinear_warps];
   const PacketTables& t = b.packets;
 
-  const int group = blockIdx.z;
-  const int block_x0 = out.tile_x0 + blockIdx.x * bilinear_block_x;
-  const int block_y0 = out.tile_y0 + blockIdx.y * bilinear_block_y;
-  const int tid = threadIdx.y * bilinear_block_x + threadIdx.x;
-  const int x = block_x0 + threadIdx.x, y = block_y0 + threadIdx.y;
-  const bool active = x < out.tile_x0 + out.tile_width && y < out.tile_y0 + out.tile_height;
-  const int E = t.exposures;
-  const int packets = t.x_groups * t.y_groups;
-  const int first = int((long long)packets * group / groups);
-  const int last = int((long long)packets * (group + 1) / groups);
+  const TiledThread<bilinear_block_x, bilinear_block_y> me(out, t, groups);
+  const int group = me.group, block_x0 = me.block_x0, block_y0 = me.block_y0, tid = me.tid;
+  const int x = me.x, y = me.y, E = me.exposures, first = me.first, last = me.last;
+  const bool active = me.active;
 
   TopKEntry* list = (active && out.top_k > 0) ? topk_list(out, x, y, group) : nullptr;
   TopKBound bound;

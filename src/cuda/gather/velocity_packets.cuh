@@ -134,6 +134,13 @@ inline int neighbour_spread(const std::vector<std::int32_t>& table, int values, 
   return spread;
 }
 
+// Velocity group `group` of `groups` runs packets [first, last): consecutive, balanced.
+__device__ inline void packet_range(const PacketTables& t, int group, int groups, int& first, int& last) {
+  const int packets = t.x_groups * t.y_groups;
+  first = int((long long)packets * group / groups);
+  last = int((long long)packets * (group + 1) / groups);
+}
+
 // Where a thread of a packet kernel sits: a block owns 32 origin columns (a lane each) and
 // NWY x RY origin rows, its warps are laid out NWY along rows by the rest along vy, and velocity
 // group blockIdx.z runs packets [first, last).
@@ -153,9 +160,27 @@ struct PacketThread {
     block_y0 = out.tile_y0 + blockIdx.y * (NWY * RY);
     x = block_x0 + lane;
     y0 = block_y0 + warp_y * RY;
-    const int packets = t.x_groups * t.y_groups;
-    first = int((long long)packets * group / groups);
-    last = int((long long)packets * (group + 1) / groups);
+    packet_range(t, group, groups, first, last);
+  }
+};
+
+// Where a thread of a kernel with one origin per thread (cuda-tiled's) sits: its block of
+// BX x BY origins, its origin and whether that lies in the tile, and velocity group blockIdx.z's
+// packets [first, last).
+template <int BX, int BY>
+struct TiledThread {
+  int group, block_x0, block_y0, tid, x, y, exposures, first, last;
+  bool active;
+  __device__ TiledThread(const ScanOutputs& out, const PacketTables& t, int groups) {
+    group = blockIdx.z;
+    block_x0 = out.tile_x0 + blockIdx.x * BX;
+    block_y0 = out.tile_y0 + blockIdx.y * BY;
+    tid = threadIdx.y * BX + threadIdx.x;
+    x = block_x0 + threadIdx.x;
+    y = block_y0 + threadIdx.y;
+    active = x < out.tile_x0 + out.tile_width && y < out.tile_y0 + out.tile_height;
+    exposures = t.exposures;
+    packet_range(t, group, groups, first, last);
   }
 };
 
