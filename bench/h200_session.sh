@@ -50,7 +50,7 @@ elif [ "$PHASE" = 5 ]; then
   timeout "$(within 200)" "$bin/shiftstack_gpu_tests" --gtest_brief=1 > "$out/gpu_tests.log" 2>&1
   echo "exit $?" | tee -a "$out/gpu_tests.log" "$out/summary.txt"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|FAILED TEST" "$out/gpu_tests.log" | tail -12 | tee -a "$out/summary.txt"
-  sanitized='GpuFourier.FractionalShifts*:GpuFourier.ExactGatherOfEveryTrial:GpuFourier.TinyStackAllEnginesWithTopK:GpuGatherSanitizer.*:GpuGather.EveryFastBilinearVariantMatchesReference'
+  sanitized='GpuFourier.FractionalShifts*:GpuFourier.ExactGatherOfEveryTrial:GpuFourier.TinyStackAllEnginesWithTopK:GpuFourier.EveryTensorCoreKernelMatchesReference:GpuFourier.TensorCoreFractionalTinyStack:GpuGatherSanitizer.*:GpuGather.EveryFastBilinearVariantMatchesReference'
   for tool in racecheck memcheck; do
     step "compute-sanitizer $tool: $sanitized"
     timeout "$(within 150)" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/shiftstack_gpu_tests" \

@@ -188,6 +188,43 @@ TEST(GpuFourier, TinyStackAllEnginesWithTopK) {
   }
 }
 
+// cuda-tc's three integer contraction kernels, each forced on the tiny stack (partial tiles, a
+// region, top-k; small enough for compute-sanitizer): the wgmma kernels otherwise run only on
+// banks 65 velocities wide, and the split one (two warpgroups hand one channel each to the
+// full-spectrum store) only when asked for.
+TEST(GpuFourier, EveryTensorCoreKernelMatchesReference) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = case_for("tiny", Encoding::fp32, "reference");
+  OutputPolicy policy = listing_policy(c.reference.digest.z_thr);
+  policy.top_k = 3;
+  auto reference = make_engine("reference");
+  const SearchResult ref = search(*reference, c.stack, c.kit.bank, policy);
+  const Region part{7, 5, 30, 20};
+  const SearchResult sub_ref = search(*reference, c.stack, c.kit.bank, OutputPolicy{}, part);
+  for (const char* kernel : {"mma", "wgmma", "wgmma-split"}) {
+    SCOPED_TRACE(kernel);
+    setenv("SHIFTSTACK_TC_KERNEL", kernel, 1);
+    auto engine = make_engine("cuda-tc");
+    const SearchResult r = search(*engine, c.stack, c.kit.bank, policy);
+    Case view{c.kit, {}, ref, c.near_threshold};
+    expect_agreement("cuda-tc", view, r, tolerance_for("cuda-tc"));
+    ASSERT_EQ(r.top_k.size(), ref.top_k.size());
+    std::size_t same = 0;
+    for (std::size_t i = 0; i < r.top_k.size(); ++i)
+      if (r.top_k[i].velocity == ref.top_k[i].velocity) {
+        ++same;
+        if (std::isfinite(ref.top_k[i].Z)) {
+          EXPECT_NEAR(r.top_k[i].Z, ref.top_k[i].Z, 2e-3) << "top-k entry " << i;
+        }
+      }
+    EXPECT_GE(same + std::max<std::size_t>(2, r.top_k.size() / 200), r.top_k.size());
+    const SearchResult sub = search(*engine, c.stack, c.kit.bank, OutputPolicy{}, part);
+    for (const auto& f : compare(sub_ref.digest, sub.digest, tolerance_for("cuda-tc")).failures)
+      ADD_FAILURE() << "region: " << f;
+  }
+  unsetenv("SHIFTSTACK_TC_KERNEL");
+}
+
 TEST(GpuFourier, TensorCoreMatchesCpuEmulation) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
   const Case& c = case_for("ci", Encoding::fp32, "reference");

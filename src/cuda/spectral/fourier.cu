@@ -48,8 +48,7 @@ struct Params {
   int nx, ny, nyh, exposures, va;
   int b_begin, rows;          // rows = (b_end - b_begin) * nyh
   float norm;
-  float2* out;                // [c][v][mx][my]
-  std::size_t channel_stride;
+  float2* out;                // [v][mx][my < ny]: psihat + i phihat (store_both_channels)
 };
 
 __device__ __forceinline__ int wrap(long long j, int n) {
@@ -161,9 +160,9 @@ __global__ void __launch_bounds__(kRowThreads * kMaxColThreads) phase_sum_kernel
     for (int j = 0; j < kColsPerThread; ++j) {
       const int a = a0 + ty * kColsPerThread + j;
       if (a >= p.va) continue;
-      const std::size_t at = (std::size_t(b_local) * p.va + a) * frequencies + std::size_t(mx) * p.nyh + my;
-      p.out[at] = make_float2(acc[0][i][j].x * p.norm, acc[0][i][j].y * p.norm);
-      p.out[p.channel_stride + at] = make_float2(acc[1][i][j].x * p.norm, acc[1][i][j].y * p.norm);
+      float2* velocity = p.out + (std::size_t(b_local) * p.va + a) * p.nx * p.ny;
+      store_both_channels(velocity, p.nx, p.ny, mx, my, make_float2(acc[0][i][j].x * p.norm, acc[0][i][j].y * p.norm),
+                          make_float2(acc[1][i][j].x * p.norm, acc[1][i][j].y * p.norm));
     }
   }
 }
@@ -203,7 +202,6 @@ class FourierEngine final : public SpectralEngine {
     p.rows = (b_end - b_begin) * g.nyh;
     p.norm = s.inverse_norm();
     p.out = s.velocity_spectra.data();
-    p.channel_stride = s.channel_stride(b_end - b_begin);
     // Columns: as few CTAs per row block as cover va with at most kMaxCols columns each.
     const int column_blocks = (s.va + phase_sum::kMaxCols - 1) / phase_sum::kMaxCols;
     const int per_block = (s.va + column_blocks - 1) / column_blocks;

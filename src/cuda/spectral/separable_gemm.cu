@@ -75,25 +75,27 @@ __global__ void block_phase_kernel(const std::int32_t* sx, const __half2* root_x
   }
 }
 
-// Product (column-major m x columns per frequency) -> velocity spectra, with the scales.
-__global__ void scatter_kernel(const float* product, const float* scales, int nx, int nyh, int va, int rows,
-                               int m_per_channel, int columns, int mx0, int count, float norm, float2* out,
-                               std::size_t channel_stride) {
+// Product (column-major m x columns per frequency) -> velocity spectra, with the scales; a
+// thread takes both channels of one (frequency, velocity) (store_both_channels).
+__global__ void scatter_kernel(const float* product, const float* scales, int nx, int ny, int nyh, int va, int rows,
+                               int m_per_channel, int columns, int mx0, int count, float norm, float2* out) {
   const int m_total = 2 * m_per_channel;
-  const std::size_t total = std::size_t(count) * va * m_total;
+  const std::size_t total = std::size_t(count) * va * m_per_channel;
   const std::size_t frequencies = std::size_t(nx) * nyh;
   for (std::size_t idx = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += std::size_t(gridDim.x) * blockDim.x) {
-    const int m = int(idx % m_total), a = int(idx / m_total % va), local = int(idx / (std::size_t(m_total) * va));
-    const int c = m / m_per_channel, r = m % m_per_channel;
+    const int r = int(idx % m_per_channel), a = int(idx / m_per_channel % va);
+    const int local = int(idx / (std::size_t(m_per_channel) * va));
     if (r >= rows) continue;
     const int b_local = r / nyh, my = r % nyh, mx = mx0 + local;
     const float* base = product + std::size_t(local) * m_total * columns;
-    const float re = base[std::size_t(2 * a) * m_total + m], im = base[std::size_t(2 * a + 1) * m_total + m];
+    const float* re = base + std::size_t(2 * a) * m_total + r;
+    const float* im = base + std::size_t(2 * a + 1) * m_total + r;
     const std::size_t f = std::size_t(mx) * nyh + my;
-    const float scale = scales[std::size_t(c) * frequencies + f] * norm;
-    out[std::size_t(c) * channel_stride + (std::size_t(b_local) * va + a) * frequencies + f] =
-        make_float2(re * scale, im * scale);
+    const float scale_psi = scales[f] * norm, scale_phi = scales[frequencies + f] * norm;
+    store_both_channels(out + (std::size_t(b_local) * va + a) * nx * ny, nx, ny, mx, my,
+                        make_float2(re[0] * scale_psi, im[0] * scale_psi),
+                        make_float2(re[m_per_channel] * scale_phi, im[m_per_channel] * scale_phi));
   }
 }
 
@@ -151,9 +153,9 @@ class SeparableGemmEngine final : public SpectralEngine {
           (long long)m_total * depth, phases_.data() + std::size_t(mx0) * cols * depth, CUDA_R_16F, depth,
           (long long)cols * depth, &zero, product_.data(), CUDA_R_32F, m_total, (long long)m_total * cols, count,
           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      gemm::scatter_kernel<<<grid_for(std::size_t(count) * s.va * m_total, 256), 256, 0, s.stream>>>(
-          product_.data(), s.scales.data(), g.nx, g.nyh, s.va, rows, m_per_channel, cols, mx0, count,
-          s.inverse_norm(), s.velocity_spectra.data(), s.channel_stride(b_end - b_begin));
+      gemm::scatter_kernel<<<grid_for(std::size_t(count) * s.va * m_per_channel, 256), 256, 0, s.stream>>>(
+          product_.data(), s.scales.data(), g.nx, g.ny, g.nyh, s.va, rows, m_per_channel, cols, mx0, count,
+          s.inverse_norm(), s.velocity_spectra.data());
       SHIFTSTACK_CUDA_CHECK_LAUNCH();
     }
   }

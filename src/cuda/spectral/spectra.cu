@@ -38,8 +38,7 @@ void FftPlan::make(int nx, int ny, int batch, bool forward, cudaStream_t stream)
     SHIFTSTACK_CUFFT_CHECK(cufftPlanMany(&handle_, 2, n, real_embed, 1, real_dist, complex_embed, 1,
                                          complex_dist, CUFFT_R2C, batch));
   else
-    SHIFTSTACK_CUFFT_CHECK(cufftPlanMany(&handle_, 2, n, complex_embed, 1, complex_dist, real_embed, 1,
-                                         real_dist, CUFFT_C2R, batch));
+    SHIFTSTACK_CUFFT_CHECK(cufftPlanMany(&handle_, 2, n, nullptr, 1, nx * ny, nullptr, 1, nx * ny, CUFFT_C2C, batch));
   SHIFTSTACK_CUFFT_CHECK(cufftSetStream(handle_, stream));
   made_ = true;
   nx_ = nx, ny_ = ny, batch_ = batch, forward_ = forward;

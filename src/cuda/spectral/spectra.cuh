@@ -13,8 +13,10 @@
 //                                    both over the B-side scale, which for fractional shifts covers
 //                                    phi and these channels (one accumulator sums them all)
 //   scales           [c][mx][my]     that largest magnitude (1 where the spectrum is zero)
-//   velocity_spectra [c][v][mx][my]  complex FP32, v = (b - b_begin) * va + a, my < nyh; the
-//                                    inverse transforms run in place: real [c][v][x][2 nyh]
+//   velocity_spectra [v][mx][my]     complex FP32, v = (b - b_begin) * va + a, my < ny (the full
+//                                    grid): psihat + i phihat, so that one complex inverse
+//                                    transform, in place, leaves (A, B) as one float2 per origin
+//                                    [v][x][y] (full_spectrum.hpp)
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -30,6 +32,7 @@
 #include "shiftstack/encoding.hpp"
 #include "shiftstack/motion.hpp"
 #include "shiftstack/tc_emulation.hpp"
+#include "full_spectrum.hpp"
 #include "spectral_engine.hpp"
 
 namespace shiftstack::cuda {
@@ -114,7 +117,8 @@ class FftPlan {
   ~FftPlan() {
     if (made_) cufftDestroy(handle_);
   }
-  // Batched 2-D real<->complex transform of nx x ny planes, in place (real rows padded to 2 nyh).
+  // Batched 2-D transform of nx x ny planes, in place: forward, real to half complex (real rows
+  // padded to 2 nyh); inverse, complex to complex over the full grid.
   void make(int nx, int ny, int batch, bool forward, cudaStream_t stream);
   bool matches(int nx, int ny, int batch, bool forward) const {
     return made_ && nx == nx_ && ny == ny_ && batch == batch_ && forward == forward_;
@@ -242,8 +246,8 @@ struct SpectralState {
   // Planes transformed per exposure: psi and phi, plus three covariance channels for fractional
   // shifts (the bilinear variance is linear in phi and the neighbour covariances, SPEC 2).
   int input_channels() const { return fractional ? 5 : 2; }
-  // Complex values between the two channels of a chunk of `rows` velocity rows.
-  std::size_t channel_stride(int rows) const { return std::size_t(rows) * va * frequencies(); }
+  // Complex values of velocity_spectra for a chunk of `rows` velocity rows (both channels).
+  std::size_t velocity_values(int rows) const { return std::size_t(rows) * va * geometry.nx * geometry.ny; }
   // Normalization of the unnormalized inverse transform, folded into the contraction's output.
   float inverse_norm() const { return float(1.0 / (double(geometry.nx) * geometry.ny)); }
   // Can a trial's FFT-route B be untrusted and gathered exactly (else: clamped)?

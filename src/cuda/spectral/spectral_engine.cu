@@ -152,13 +152,13 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
     free_bytes /= std::size_t(device_sharing());  // a card shared by a multi-device search's workers
     const double fixed = double(s.input_channels()) * s.exposures * g.nx * g.nyh * 8 + double(g.nx) * (s.nyh_padded + 16) * s.exposures_padded * 8;
     const double budget = std::min(0.6 * (double(free_bytes) - fixed), 24e9);
-    const double per_row = 2.0 * s.va * g.nx * g.nyh * 8 + bytes_per_row(s);
+    const double per_row = double(s.velocity_values(1)) * 8 + bytes_per_row(s);
     int rows = int(std::floor(budget / per_row)) / granularity * granularity;
     require(rows >= granularity, "engine '" + name() + "': not enough device memory for one velocity row of the " +
                                      std::to_string(g.nx) + "x" + std::to_string(g.ny) + " padded transforms");
     s.chunk_rows = std::min(rows, round_up(s.vb, granularity));
   }
-  s.velocity_spectra.reserve(s.channel_stride(s.chunk_rows) * 2);
+  s.velocity_spectra.reserve(s.velocity_values(s.chunk_rows));
   const int chunks = (s.vb + s.chunk_rows - 1) / s.chunk_rows;
   while (int(s.chunk_events.size()) < 3 * chunks) {
     cudaEvent_t e;
@@ -169,9 +169,9 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   s.forward_plan.make(g.nx, g.ny, s.input_channels() * s.exposures, true, s.stream);
   for (int b = 0; b < s.vb; b += s.chunk_rows) {
     const int rows = std::min(s.chunk_rows, s.vb - b);
-    auto& plan = s.inverse_plans[2 * rows * s.va];
+    auto& plan = s.inverse_plans[rows * s.va];
     if (!plan) plan = std::make_unique<FftPlan>();
-    plan->make(g.nx, g.ny, 2 * rows * s.va, false, s.stream);
+    plan->make(g.nx, g.ny, rows * s.va, false, s.stream);
   }
 
   // The scan; run again (rare) when more trials needed the exact gather than the list could hold.

@@ -56,8 +56,7 @@ struct Params {
   int ny, nyh, nyh_padded, exposures_padded, va, va_padded, my_tiles;
   int b_begin, b_end;
   float norm;
-  float2* out;                      // [c][(b - b_begin) * va + a][mx][my < nyh]
-  std::size_t channel_stride;       // complex values between the channels
+  float2* out;                      // [(b - b_begin) * va + a][mx][my < ny] (store_both_channels)
 };
 
 template <int kColumnTiles>
@@ -160,31 +159,33 @@ __device__ __forceinline__ void step_operands_channel(const unsigned char* spect
   spectral_operand(phase_hi[s_hi], sp11, a[0][3], a[1][3]);
 }
 
-// Scales the accumulators back and writes the velocity spectra; value(c, r, n, i) reads the
-// fragment element i of n8 tile n (real r = 0, imaginary r = 1) of channel c.
+// Scales the accumulators back and writes the velocity spectra (both channels at once, see
+// store_both_channels); value(c, r, n, i) reads the fragment element i of n8 tile n (real r = 0,
+// imaginary r = 1) of channel c.
 template <int kColumnTiles, class Value>
 __device__ __forceinline__ void write_outputs(const Params& p, int mx, int my0, int b, int a0, int group, int quad,
-                                              int first_channel, int channels, Value value) {
+                                              Value value) {
   if (b >= p.b_end) return;
-  const std::size_t frequencies = std::size_t(gridDim.z) * p.nyh;
+  const int nx = int(gridDim.z);
+  const std::size_t frequencies = std::size_t(nx) * p.nyh;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int my = my0 + group + 8 * half;
     if (my >= p.nyh) continue;
     const std::size_t f = std::size_t(mx) * p.nyh + my;
-    for (int c = first_channel; c < first_channel + channels; ++c) {
-      const float scale = p.scales[c * frequencies + f] * p.norm;
+    const float scale_psi = p.scales[f] * p.norm, scale_phi = p.scales[frequencies + f] * p.norm;
 #pragma unroll
-      for (int n = 0; n < kColumnTiles; ++n)
+    for (int n = 0; n < kColumnTiles; ++n)
 #pragma unroll
-        for (int col = 0; col < 2; ++col) {
-          const int a = a0 + n * 8 + 2 * quad + col;
-          if (a >= p.va) continue;
-          const int i = 2 * half + col;
-          const std::size_t at = c * p.channel_stride + (std::size_t(b - p.b_begin) * p.va + a) * frequencies + f;
-          p.out[at] = make_float2(value(c, 0, n, i) * scale, value(c, 1, n, i) * scale);
-        }
-    }
+      for (int col = 0; col < 2; ++col) {
+        const int a = a0 + n * 8 + 2 * quad + col;
+        if (a >= p.va) continue;
+        const int i = 2 * half + col;
+        float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * nx * p.ny;
+        store_both_channels(velocity, nx, p.ny, mx, my,
+                            make_float2(value(0, 0, n, i) * scale_psi, value(0, 1, n, i) * scale_psi),
+                            make_float2(value(1, 0, n, i) * scale_phi, value(1, 1, n, i) * scale_phi));
+      }
   }
 }
 
@@ -288,9 +289,28 @@ __global__ void __launch_bounds__(kSplit ? 2 * kThreads : kThreads, 2) contract_
   for (int k = 0; k < kProducts; ++k)
 #pragma unroll
     for (int i = 0; i < 36; ++i) pin(acc[k][i]);
-  write_outputs<9>(p, mx, my0, b, a0, group, quad, channel, kSplit ? 1 : 2, [&](int c, int r, int n, int i) {
-    return acc[(kSplit ? 0 : c * 2) + r][4 * n + i];
-  });
+  if constexpr (kSplit) {
+    // Both channels of a frequency go out together: the phi warpgroup hands its accumulators to
+    // the psi warpgroup through the (now idle) stages, one column per thread (no bank conflicts).
+    static_assert(kWgmmaStages * WgmmaLayout::stage_bytes >= kProducts * 36 * kThreads * 4);
+    __syncthreads();
+    float* exchange = reinterpret_cast<float*>(stages);
+    const int t = threadIdx.x & (kThreads - 1);
+    if (channel == 1) {
+#pragma unroll
+      for (int k = 0; k < kProducts; ++k)
+#pragma unroll
+        for (int i = 0; i < 36; ++i) exchange[(k * 36 + i) * kThreads + t] = acc[k][i];
+    }
+    __syncthreads();
+    if (channel == 1) return;
+    write_outputs<9>(p, mx, my0, b, a0, group, quad, [&](int c, int r, int n, int i) {
+      return c == 0 ? acc[r][4 * n + i] : exchange[(r * 36 + 4 * n + i) * kThreads + t];
+    });
+  } else {
+    write_outputs<9>(p, mx, my0, b, a0, group, quad,
+                     [&](int c, int r, int n, int i) { return acc[c * 2 + r][4 * n + i]; });
+  }
 }
 
 template <int kColumnTiles>
@@ -388,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
 
   // Epilogue: scale back (per-frequency scale and the inverse transform's 1/(nx ny)), write
   // the velocity spectra; 8 consecutive my per column are 64 contiguous bytes.
-  write_outputs<kColumnTiles>(p, mx, my0, b, a0, group, quad, 0, 2,
+  write_outputs<kColumnTiles>(p, mx, my0, b, a0, group, quad,
                               [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
 }
 
@@ -593,7 +613,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_fractional_kernel(Fracti
     }
   }
 
-  write_outputs<kColumnTiles>(p, mx, my0, b, a0, group, quad, 0, 2,
+  write_outputs<kColumnTiles>(p, mx, my0, b, a0, group, quad,
                               [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
 }
 
@@ -735,7 +755,6 @@ class TensorCoreEngine final : public SpectralEngine {
     p.b_end = b_end;
     p.norm = s.inverse_norm();
     p.out = s.velocity_spectra.data();
-    p.channel_stride = s.channel_stride(b_end - b_begin);
     return p;
   }
 

@@ -1,5 +1,5 @@
-// Back half of the Fourier route, shared by the three engines: inverse FFTs per velocity and
-// channel (in place), crop to the search region, the exact no-sample test, Z = A / sqrt(B),
+// Back half of the Fourier route, shared by the three engines: one complex inverse FFT per
+// velocity (in place; its real part is A, its imaginary part B), crop to the search region, the exact no-sample test, Z = A / sqrt(B),
 // digest partials (double sums), candidates above a threshold, and per-origin top-k.
 #include <algorithm>
 #include <climits>
@@ -14,9 +14,8 @@ constexpr int kScoreThreads = 256;
 constexpr int kScoreBlocks = 4;  // per SM (score_kernel's launch bounds)
 
 struct ScoreInputs {
-  const float* real;           // [c][v_local][x][pitch]: the stacked A (c = 0) and B (c = 1)
-  std::size_t channel_stride;  // floats between the channels
-  std::size_t velocity_stride; // floats between velocities: nx * pitch
+  const float2* sums;          // [v_local][x][pitch]: the stacked (A, B)
+  std::size_t velocity_stride; // values between velocities: nx * pitch
   int pitch;
   int va, b_begin;
   int rx0, ry0, rw, rh;
@@ -188,8 +187,9 @@ __device__ TrustRule trust_rule(const ScoreInputs& in) {
 __device__ __forceinline__ void transform_sums(const ScoreInputs& in, const TrustRule& rule, int v_local, int x, int y,
                                                float& A, float& B, bool& clamped, bool& untrusted) {
   const std::size_t at = std::size_t(v_local) * in.velocity_stride + std::size_t(x) * in.pitch + y;
-  A = in.real[at];
-  B = in.real[in.channel_stride + at];
+  const float2 sums = in.sums[at];
+  A = sums.x;
+  B = sums.y;
   const bool low = B < rule.trusted;
   clamped = low && !rule.recompute;
   untrusted = low && rule.recompute;
@@ -488,26 +488,23 @@ void find_extreme_probes(SpectralState& s) {
 }
 
 void inverse_transforms(SpectralState& s, int rows) {
-  const int batch = 2 * rows * s.va;
+  const int batch = rows * s.va;
   auto& plan = s.inverse_plans[batch];
   if (!plan) plan = std::make_unique<FftPlan>();
   plan->make(s.geometry.nx, s.geometry.ny, batch, false, s.stream);
-  SHIFTSTACK_CUFFT_CHECK(cufftExecC2R(plan->handle(), reinterpret_cast<cufftComplex*>(s.velocity_spectra.data()),
-                                      reinterpret_cast<cufftReal*>(s.velocity_spectra.data())));
+  auto* spectra = reinterpret_cast<cufftComplex*>(s.velocity_spectra.data());
+  SHIFTSTACK_CUFFT_CHECK(cufftExecC2C(plan->handle(), spectra, spectra, CUFFT_INVERSE));
 }
 
 namespace {
-// What the scoring kernels read, for the velocity rows [b_begin, b_end) of the chunk in
+// What the scoring kernels read, for the chunk of velocity rows from b_begin in
 // velocity_spectra.
-ScoreInputs score_inputs(SpectralState& s, int b_begin, int b_end) {
+ScoreInputs score_inputs(SpectralState& s, int b_begin) {
   const FourierGeometry& g = s.geometry;
-  const int velocities = (b_end - b_begin) * s.va;
-  const int pitch = 2 * g.nyh;
   ScoreInputs in{};
-  in.real = reinterpret_cast<const float*>(s.velocity_spectra.data());
-  in.velocity_stride = std::size_t(g.nx) * pitch;
-  in.channel_stride = std::size_t(velocities) * in.velocity_stride;
-  in.pitch = pitch;
+  in.sums = s.velocity_spectra.data();
+  in.velocity_stride = std::size_t(g.nx) * g.ny;
+  in.pitch = g.ny;
   in.va = s.va;
   in.b_begin = b_begin;
   in.rx0 = s.region.x0, in.ry0 = s.region.y0, in.rw = s.region.width, in.rh = s.region.height;
@@ -532,7 +529,7 @@ ScoreInputs score_inputs(SpectralState& s, int b_begin, int b_end) {
 
 void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
   const int velocities = (b_end - b_begin) * s.va;
-  const ScoreInputs in = score_inputs(s, b_begin, b_end);
+  const ScoreInputs in = score_inputs(s, b_begin);
   ScoreOutputs out{};
   out.partials = s.partials.data();
   out.collect = s.policy.collect_candidates;
@@ -558,7 +555,7 @@ void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
 
 void recompute_trials(SpectralState& s) {
   if (!s.recompute_listing()) return;
-  const ScoreInputs in = score_inputs(s, 0, s.vb);  // only the stack and the shift tables are read
+  const ScoreInputs in = score_inputs(s, 0);  // only the stack and the shift tables are read
   // About one warp per scheduler: the lists are short (tens to thousands of trials).
   constexpr int kBlocks = 132, kThreads = 128;
   recompute_kernel<<<kBlocks, kThreads, 0, s.stream>>>(in, s.recompute.data(), s.recompute_count.data(),

@@ -1,0 +1,35 @@
+// How the Fourier-route contractions hand both channels to one complex inverse transform. Host
+// code too, so that it is tested without a GPU (tests/cuda/test_full_spectrum.cpp).
+#pragma once
+#include <cstddef>
+
+#if defined(__CUDACC__)
+#define SHIFTSTACK_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define SHIFTSTACK_HOST_DEVICE inline
+#endif
+
+namespace shiftstack::cuda {
+
+// Writes one velocity's spectra at frequency (mx, my < ny / 2 + 1), psihat a and phihat b, as the
+// full nx x ny grid of Z = a + i b ([mx][my], my fastest). A and B are real, so Z(-k) = conj(a) +
+// i conj(b), and the inverse transform of Z is A + i B. Every grid value is written exactly once,
+// so that no two threads race on one: the columns my = 0 and my = ny / 2 are their own mirrors in
+// y, so there only mx <= nx / 2 writes, and the points that are their own mirrors keep the real
+// parts (what a real inverse transform of a half spectrum uses).
+template <class Complex>
+SHIFTSTACK_HOST_DEVICE void store_both_channels(Complex* velocity, int nx, int ny, int mx, int my, Complex a,
+                                                Complex b) {
+  const int mirror_x = mx == 0 ? 0 : nx - mx;
+  if (my == 0 || 2 * my == ny) {
+    if (mx > mirror_x) return;
+    if (mx == mirror_x) {
+      velocity[std::size_t(mx) * ny + my] = Complex{a.x, b.x};
+      return;
+    }
+  }
+  velocity[std::size_t(mx) * ny + my] = Complex{a.x - b.y, a.y + b.x};
+  velocity[std::size_t(mirror_x) * ny + (my == 0 ? 0 : ny - my)] = Complex{a.x + b.y, b.x - a.y};
+}
+
+}  // namespace shiftstack::cuda
