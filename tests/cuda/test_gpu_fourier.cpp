@@ -225,6 +225,41 @@ TEST(GpuFourier, EveryTensorCoreKernelMatchesReference) {
   unsetenv("SHIFTSTACK_TC_KERNEL");
 }
 
+// A search cut into many velocity chunks (forced: searches this small fit in one) gives the same
+// digest, candidates and top-k lists as one chunk: each chunk's lists merge into the last's.
+TEST(GpuFourier, ManyVelocityChunksAgreeWithOne) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = case_for("ci", Encoding::fp32, "reference");
+  OutputPolicy policy = listing_policy(c.reference.digest.z_thr);
+  policy.top_k = 4;
+  for (const std::string& name : kEngines) {
+    SCOPED_TRACE(name);
+    auto engine = make_engine(name);
+    const SearchResult one = search(*engine, c.stack, c.kit.bank, policy);
+    EXPECT_EQ(diagnostics_of(*engine).velocity_chunks, 1);
+    setenv("SHIFTSTACK_FOURIER_CHUNK_ROWS", "1", 1);
+    const SearchResult many = search(*engine, c.stack, c.kit.bank, policy);
+    unsetenv("SHIFTSTACK_FOURIER_CHUNK_ROWS");
+    EXPECT_GE(diagnostics_of(*engine).velocity_chunks, 2);
+    for (const auto& f : compare(one.digest, many.digest, tolerance_for(name)).failures) ADD_FAILURE() << f;
+    EXPECT_EQ(many.candidates.size(), one.candidates.size());
+    ASSERT_EQ(many.top_k.size(), one.top_k.size());
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < one.top_k.size(); ++i) {
+      const Candidate &a = many.top_k[i], &b = one.top_k[i];
+      EXPECT_EQ(a.x, b.x);
+      EXPECT_EQ(a.y, b.y);
+      if (a.velocity != b.velocity) {
+        ++differing;  // near-ties may swap
+      } else if (std::isfinite(b.Z)) {
+        EXPECT_NEAR(a.Z, b.Z, 1e-4) << "top-k entry " << i;
+        EXPECT_EQ(a.obs_count, b.obs_count) << "top-k entry " << i;
+      }
+    }
+    EXPECT_LE(differing, std::max<std::size_t>(2, one.top_k.size() / 1000)) << "top-k entries naming other trials";
+  }
+}
+
 TEST(GpuFourier, TensorCoreMatchesCpuEmulation) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
   const Case& c = case_for("ci", Encoding::fp32, "reference");

@@ -105,31 +105,6 @@ class GatherMethod {
   virtual double stack_copies() const { return 1.0; }
 };
 
-// A page-locked host allocation (fast, direct downloads) that grows on demand.
-template <typename T>
-class PinnedArray {
- public:
-  PinnedArray() = default;
-  PinnedArray(const PinnedArray&) = delete;
-  PinnedArray& operator=(const PinnedArray&) = delete;
-  ~PinnedArray() {
-    if (data_) cudaFreeHost(data_);  // unchecked: may run during unwinding
-  }
-  void reserve(std::size_t n) {
-    if (n <= capacity_) return;
-    if (data_) SHIFTSTACK_CUDA_CHECK(cudaFreeHost(data_));
-    data_ = nullptr;
-    capacity_ = 0;
-    SHIFTSTACK_CUDA_CHECK(cudaMallocHost(&data_, n * sizeof(T)));
-    capacity_ = n;
-  }
-  T* get() const { return data_; }
-
- private:
-  T* data_ = nullptr;
-  std::size_t capacity_ = 0;
-};
-
 // What a gather engine keeps from one search to the next (grown, never shrunk): the output
 // buffers, above all the top-k lists (origins x lists x k entries), which cost a large device
 // allocation and free per search, and page-locked copies of the merged lists for the download.

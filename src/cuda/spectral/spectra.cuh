@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/device_buffer.cuh"
 #include "shiftstack/encoding.hpp"
 #include "shiftstack/motion.hpp"
 #include "shiftstack/tc_emulation.hpp"
@@ -61,52 +62,6 @@ const char* cublas_status_name(cublasStatus_t status);
   } while (0)
 
 namespace shiftstack::cuda {
-
-// A device allocation that grows on demand and never shrinks (searches repeat on one engine).
-template <typename T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() {
-    if (data_) cudaFree(data_);
-  }
-  // Ensures room for n elements; returns true when it (re)allocated (contents then undefined).
-  bool reserve(std::size_t n) {
-    if (n <= capacity_) {
-      size_ = n;
-      return false;
-    }
-    if (data_) SHIFTSTACK_CUDA_CHECK(cudaFree(data_));
-    data_ = nullptr;
-    capacity_ = 0;
-    SHIFTSTACK_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(n, 1) * sizeof(T)));
-    capacity_ = size_ = n;
-    return true;
-  }
-  void upload(const T* host, std::size_t n, cudaStream_t stream) {
-    reserve(n);
-    if (n) SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(data_, host, n * sizeof(T), cudaMemcpyHostToDevice, stream));
-  }
-  void upload(const std::vector<T>& host, cudaStream_t stream) { upload(host.data(), host.size(), stream); }
-  std::vector<T> download(cudaStream_t stream) const {
-    std::vector<T> host(size_);
-    if (size_) {
-      SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost, stream));
-      SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(stream));
-    }
-    return host;
-  }
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  std::size_t size() const { return size_; }
-  std::size_t bytes() const { return size_ * sizeof(T); }
-
- private:
-  T* data_ = nullptr;
-  std::size_t size_ = 0, capacity_ = 0;
-};
 
 // A cuFFT plan for a fixed shape, made once and reused.
 class FftPlan {
@@ -157,7 +112,7 @@ struct TopEntry {
   float Z, A, B;
   int velocity;
 };
-constexpr int kMaxTopK = 16;  // per-origin lists live in registers of the top-k kernel
+constexpr int kMaxTopK = 16;  // the top-k kernel holds 8 lists per origin in shared memory: 64 KB at 16
 
 struct SpectralState {
   cudaStream_t stream = nullptr;
@@ -233,6 +188,9 @@ struct SpectralState {
   DeviceArray<DeviceCandidate> candidates;
   DeviceArray<unsigned long long> candidate_count;
   DeviceArray<TopEntry> top;
+  DeviceArray<int> top_counts;                 // obs_count of each top-k entry
+  PinnedArray<TopEntry> host_top;              // their page-locked downloads (download_top_k)
+  PinnedArray<int> host_top_counts;
   DeviceArray<RecomputedTrial> recompute;  // recompute_capacity entries
   DeviceArray<unsigned long long> recompute_count;
   std::size_t recompute_capacity = std::size_t(1) << 16;  // grown to the count when a scan overflows it
@@ -374,5 +332,8 @@ void score_chunk(SpectralState& state, int b_begin, int b_end, bool first_chunk)
 void recompute_trials(SpectralState& state);
 // Informative samples along each trial (x, y, global velocity; velocity < 0 gives 0).
 std::vector<int> observation_counts(SpectralState& state, const std::vector<int4>& trials);
+// Queues the obs_count of every top-k entry and the downloads of the lists and counts into
+// host_top and host_top_counts (complete after the stream is synchronized).
+void download_top_k(SpectralState& state);
 
 }  // namespace shiftstack::cuda

@@ -1,6 +1,7 @@
 // Back half of the Fourier route, shared by the three engines: one complex inverse FFT per
-// velocity (in place; its real part is A, its imaginary part B), crop to the search region, the exact no-sample test, Z = A / sqrt(B),
-// digest partials (double sums), candidates above a threshold, and per-origin top-k.
+// velocity (in place; its real part is A, its imaginary part B), crop to the search region, the
+// exact no-sample test, Z = A / sqrt(B), digest partials (double sums), candidates above a
+// threshold, and per-origin top-k.
 #include <algorithm>
 #include <climits>
 
@@ -194,13 +195,6 @@ __device__ __forceinline__ void transform_sums(const ScoreInputs& in, const Trus
   clamped = low && !rule.recompute;
   untrusted = low && rule.recompute;
   if (clamped) B = rule.b_floor;
-}
-
-// A and B of a scored trial, one thread: the transform's, or the exact gather where untrusted.
-__device__ void trial_sums(const ScoreInputs& in, const TrustRule& rule, int v_local, int a, int b, int x, int y,
-                           float& A, float& B, bool& clamped, bool& recomputed) {
-  transform_sums(in, rule, v_local, x, y, A, B, clamped, recomputed);
-  if (recomputed) exact_sums(in, a, b, x, y, A, B);
 }
 
 __device__ void merge_partial(DigestPartial& into, const DigestPartial& other) {
@@ -414,35 +408,63 @@ __device__ bool better_entry(float Z, int velocity, const TopEntry& than) {
   return Z > than.Z || (Z == than.Z && velocity < than.velocity);
 }
 
+constexpr int kTopKSlices = 8;  // warps per top-k block, each taking every 8th velocity of the chunk
+
+std::size_t top_k_shared_bytes(int k) { return std::size_t(kTopKSlices) * k * 32 * sizeof(TopEntry); }
+
 // Per origin: merge this chunk's velocities into the origin's best-k list (sorted best first).
-__global__ void top_k_kernel(ScoreInputs in, int velocities, int k, bool first_chunk, TopEntry* top) {
+// A block takes 32 origins, one per lane (consecutive y: coalesced reads); each of its warps keeps
+// the best k of its slice of the velocities in shared memory ([slice][n][lane]), and warp 0 then
+// merges the slices into the stored list. The order of entries is total (Z, then the smaller
+// velocity), so the lists do not depend on how the velocities were sliced. A trial is tested for
+// an informative sample only when it would enter its list: most fall below the list's worst.
+__global__ void __launch_bounds__(32 * kTopKSlices) top_k_kernel(ScoreInputs in, int velocities, int k,
+                                                                 bool first_chunk, TopEntry* top) {
+  extern __shared__ TopEntry lists[];  // [kTopKSlices][k][32]
+  const int lane = threadIdx.x & 31, slice = threadIdx.x >> 5;
   const long long origins = (long long)in.rw * in.rh;
-  const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= origins) return;
-  const int i = int(idx / in.rh), j = int(idx % in.rh);
+  const long long idx = (long long)blockIdx.x * 32 + lane;
+  const bool active = idx < origins;
+  const int i = active ? int(idx / in.rh) : 0, j = active ? int(idx % in.rh) : 0;
   const int x = in.rx0 + i, y = in.ry0 + j;
   const TrustRule rule = trust_rule(in);
-  TopEntry list[kMaxTopK];
-  TopEntry* stored = top + (std::size_t(j) * in.rw + i) * k;  // origin-major in region order
-  for (int n = 0; n < k; ++n)
-    list[n] = first_chunk ? TopEntry{-__int_as_float(0x7f800000), 0, 0, -1} : stored[n];
-  for (int v_local = 0; v_local < velocities; ++v_local) {
-    const int a = v_local % in.va, b = in.b_begin + v_local / in.va;
-    if (!has_informative_sample(in, a, b, x, y)) continue;
-    float A, B;
-    bool clamped, recomputed;
-    trial_sums(in, rule, v_local, a, b, x, y, A, B, clamped, recomputed);
-    const float Z = float(double(A) / sqrt(double(B)));
-    const int velocity = b * in.va + a;
-    if (!better_entry(Z, velocity, list[k - 1])) continue;
+  auto entry = [&](int s, int n) -> TopEntry& { return lists[(s * k + n) * 32 + lane]; };
+  auto insert = [&](int s, const TopEntry& e) {
     int n = k - 1;
-    while (n > 0 && better_entry(Z, velocity, list[n - 1])) {
-      list[n] = list[n - 1];
+    while (n > 0 && better_entry(e.Z, e.velocity, entry(s, n - 1))) {
+      entry(s, n) = entry(s, n - 1);
       --n;
     }
-    list[n] = TopEntry{Z, A, B, velocity};
+    entry(s, n) = e;
+  };
+  TopEntry* stored = top + (std::size_t(j) * in.rw + i) * k;  // origin-major in region order
+  const TopEntry empty{-__int_as_float(0x7f800000), 0, 0, -1};
+  for (int n = 0; n < k; ++n) entry(slice, n) = slice == 0 && !first_chunk && active ? stored[n] : empty;
+  for (int v_local = slice; active && v_local < velocities; v_local += kTopKSlices) {
+    const int a = v_local % in.va, b = in.b_begin + v_local / in.va;
+    const int velocity = b * in.va + a;
+    float A, B;
+    bool clamped, untrusted;
+    transform_sums(in, rule, v_local, x, y, A, B, clamped, untrusted);
+    if (!untrusted) {
+      const float Z = float(double(A) / sqrt(double(B)));
+      if (better_entry(Z, velocity, entry(slice, k - 1)) && has_informative_sample(in, a, b, x, y))
+        insert(slice, TopEntry{Z, A, B, velocity});
+    } else if (has_informative_sample(in, a, b, x, y)) {
+      exact_sums(in, a, b, x, y, A, B);
+      const float Z = float(double(A) / sqrt(double(B)));
+      if (better_entry(Z, velocity, entry(slice, k - 1))) insert(slice, TopEntry{Z, A, B, velocity});
+    }
   }
-  for (int n = 0; n < k; ++n) stored[n] = list[n];
+  __syncthreads();
+  if (slice != 0 || !active) return;
+  for (int s = 1; s < kTopKSlices; ++s)
+    for (int n = 0; n < k; ++n) {  // each slice is sorted: its first entry below the bound ends it
+      const TopEntry e = entry(s, n);
+      if (!better_entry(e.Z, e.velocity, entry(0, k - 1))) break;
+      insert(0, e);
+    }
+  for (int n = 0; n < k; ++n) stored[n] = entry(0, n);
 }
 
 }  // namespace
@@ -547,8 +569,10 @@ void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   if (s.policy.top_k > 0) {
     const long long origins = s.region.count();
-    top_k_kernel<<<unsigned((origins + 127) / 128), 128, 0, s.stream>>>(in, velocities, s.policy.top_k,
-                                                                         first_chunk, s.top.data());
+    const std::size_t shared = top_k_shared_bytes(s.policy.top_k);
+    SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(top_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+    top_k_kernel<<<unsigned((origins + 31) / 32), 32 * kTopKSlices, shared, s.stream>>>(in, velocities, s.policy.top_k,
+                                                                                      first_chunk, s.top.data());
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 }
@@ -565,11 +589,23 @@ void recompute_trials(SpectralState& s) {
 
 namespace {
 // Informative samples along each listed trial (the reference's obs_count).
-__global__ void observation_count_kernel(const int4* trials, int count, const std::int32_t* sx,
+// The trials: listed (x, y, velocity), or every entry of the top-k lists (k per origin, origins
+// in region order) when `listed` is null.
+struct ObservedTrials {
+  const int4* listed;
+  const TopEntry* top;
+  int k, rx0, ry0, rw;
+  __device__ int4 operator[](int idx) const {
+    if (listed) return listed[idx];
+    const int origin = idx / k;
+    return make_int4(rx0 + origin % rw, ry0 + origin / rw, top[idx].velocity, 0);
+  }
+};
+
+__global__ void observation_count_kernel(ObservedTrials trials, int count, const std::int32_t* sx,
                                          const std::int32_t* sy, const float* fx, const float* fy, int va,
-                                         int exposures,
-                                         const std::uint32_t* informative, int words_per_column, int width,
-                                         int height, int* counts) {
+                                         int exposures, const std::uint32_t* informative, int words_per_column,
+                                         int width, int height, int* counts) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= count) return;
   const int4 t = trials[idx];  // x, y, velocity
@@ -586,6 +622,14 @@ __global__ void observation_count_kernel(const int4* trials, int count, const st
   }
   counts[idx] = observed;
 }
+
+void launch_observation_counts(SpectralState& s, ObservedTrials trials, int count, int* counts) {
+  observation_count_kernel<<<unsigned((count + 255) / 256), 256, 0, s.stream>>>(
+      trials, count, s.shift_x.data(), s.shift_y.data(), s.fractional ? s.frac_x.data() : nullptr,
+      s.fractional ? s.frac_y.data() : nullptr, s.va, s.exposures, s.informative.data(), s.words_per_column,
+      s.geometry.width, s.geometry.height, counts);
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+}
 }  // namespace
 
 std::vector<int> observation_counts(SpectralState& s, const std::vector<int4>& trials) {
@@ -595,13 +639,23 @@ std::vector<int> observation_counts(SpectralState& s, const std::vector<int4>& t
   DeviceArray<int> out;
   list.upload(trials, s.stream);
   out.reserve(trials.size());
-  observation_count_kernel<<<unsigned((trials.size() + 255) / 256), 256, 0, s.stream>>>(
-      list.data(), int(trials.size()), s.shift_x.data(), s.shift_y.data(),
-      s.fractional ? s.frac_x.data() : nullptr, s.fractional ? s.frac_y.data() : nullptr, s.va, s.exposures,
-      s.informative.data(), s.words_per_column, s.geometry.width, s.geometry.height, out.data());
-  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  launch_observation_counts(s, ObservedTrials{list.data(), nullptr, 0, 0, 0, 0}, int(trials.size()), out.data());
   counts = out.download(s.stream);
   return counts;
+}
+
+void download_top_k(SpectralState& s) {
+  const std::size_t entries = s.top.size();
+  s.top_counts.reserve(entries);
+  launch_observation_counts(s, ObservedTrials{nullptr, s.top.data(), s.policy.top_k, s.region.x0, s.region.y0,
+                                              s.region.width},
+                            int(entries), s.top_counts.data());
+  s.host_top.reserve(entries);
+  s.host_top_counts.reserve(entries);
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.host_top.get(), s.top.data(), entries * sizeof(TopEntry),
+                                        cudaMemcpyDeviceToHost, s.stream));
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.host_top_counts.get(), s.top_counts.data(), entries * sizeof(int),
+                                        cudaMemcpyDeviceToHost, s.stream));
 }
 
 }  // namespace shiftstack::cuda
