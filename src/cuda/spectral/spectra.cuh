@@ -206,6 +206,8 @@ struct SpectralState {
   int input_channels() const { return fractional ? 5 : 2; }
   // Complex values of velocity_spectra for a chunk of `rows` velocity rows (both channels).
   std::size_t velocity_values(int rows) const { return std::size_t(rows) * va * geometry.nx * geometry.ny; }
+  // Strips of 32 region columns: the scoring's warps per velocity, and its partial digests.
+  int score_strips() const { return (region.height + 31) / 32; }
   // Normalization of the unnormalized inverse transform, folded into the contraction's output.
   float inverse_norm() const { return float(1.0 / (double(geometry.nx) * geometry.ny)); }
   // Can a trial's FFT-route B be untrusted and gathered exactly (else: clamped)?

@@ -138,7 +138,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   // Device memory: the forward spectra stay for the whole scan; velocity rows are processed in
   // chunks whose spectra (and the engine's own per-row buffers) fit in what is left.
   s.spectra.reserve(std::size_t(s.input_channels()) * s.exposures * g.nx * g.nyh);
-  s.partials.reserve(std::size_t(V));
+  s.partials.reserve(std::size_t(V) * s.score_strips());
   s.candidate_count.reserve(1);
   s.recompute_count.reserve(1);
   if (s.policy.collect_candidates) {
@@ -232,7 +232,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   d.times.scoring_ms += elapsed_ms(previous, s.events[3]);  // the exact gather of untrusted trials
   d.times.total_ms = elapsed_ms(s.events[0], s.events[3]);
 
-  // Digest: partials merged in velocity order (deterministic).
+  // Digest: partials merged in velocity order, strips in order within a velocity (deterministic).
   SearchResult result;
   result.digest.z_thr = s.z_thr;
   s.host_partials = s.partials.download(s.stream);

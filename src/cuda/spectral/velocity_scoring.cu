@@ -11,8 +11,7 @@ namespace shiftstack::cuda {
 
 namespace {
 
-constexpr int kScoreThreads = 256;
-constexpr int kScoreBlocks = 4;  // per SM (score_kernel's launch bounds)
+constexpr int kScoreBlocks = 32;  // one-warp blocks per SM (score_kernel's launch bounds: 64 registers)
 
 struct ScoreInputs {
   const float2* sums;          // [v_local][x][pitch]: the stacked (A, B)
@@ -39,7 +38,7 @@ struct ScoreInputs {
 // Where score_kernel writes: per-velocity partial digests, the candidate list, and the list of
 // scored trials whose B must be gathered exactly.
 struct ScoreOutputs {
-  DigestPartial* partials;  // [global velocity]
+  DigestPartial* partials;  // [global velocity][column strip]
   bool collect;
   double candidate_threshold;
   DeviceCandidate* candidates;
@@ -242,7 +241,6 @@ __device__ bool probes_hit(const ScoreInputs& in, const Probes& probes, int x, i
 }
 
 constexpr int kTrialsInFlight = 4;  // per thread: their A, B loads overlap the probes
-constexpr int kWarps = kScoreThreads / 32;
 // Trials every probe missed (mostly trials with no informative sample at all) wait in a per-warp
 // queue and are then decided by the whole warp, 32 exposures per step: walked by one thread
 // each, they kept whole blocks waiting at the final barrier. The queue is drained between groups
@@ -303,17 +301,33 @@ __device__ void offer(ThreadDigest& mine, long long velocity, int x, int y, floa
   }
 }
 
-// One block per velocity of the chunk; threads over the region's origins (y fastest: the real
-// planes are y-contiguous).
+// A DigestPartial from another lane of the warp.
+__device__ DigestPartial shuffle_partial(const DigestPartial& p, int offset) {
+  DigestPartial q;
+  q.sumA = __shfl_xor_sync(0xffffffffu, p.sumA, offset);
+  q.sumB = __shfl_xor_sync(0xffffffffu, p.sumB, offset);
+  q.maxZ = __shfl_xor_sync(0xffffffffu, p.maxZ, offset);
+  q.scored = __shfl_xor_sync(0xffffffffu, p.scored, offset);
+  q.count = __shfl_xor_sync(0xffffffffu, p.count, offset);
+  q.clamped = __shfl_xor_sync(0xffffffffu, p.clamped, offset);
+  q.argmax_velocity = __shfl_xor_sync(0xffffffffu, p.argmax_velocity, offset);
+  q.argmax_x = __shfl_xor_sync(0xffffffffu, p.argmax_x, offset);
+  q.argmax_y = __shfl_xor_sync(0xffffffffu, p.argmax_y, offset);
+  return q;
+}
+
+// One warp per (velocity of the chunk, strip of 32 region columns y): lanes consecutive in y (the
+// planes are y-contiguous), each walking the region's rows x; the warp's partial digest goes to
+// its own slot, merged on the host in a fixed order. One-warp blocks, because blocks of 8 warps
+// (one velocity) spent a quarter of the scoring at their final barrier, waiting for the warp with
+// the most trials to decide exactly (Nsight Compute, `dense`, fb39fce).
 // One instantiation per shift mode, so that the integer one carries no bilinear corner tests
-// (they cost it a fifth of its time). Blocks per SM that the registers must allow: measured on the
-// H200 (dense, cuda-tc), 4 blocks took the scoring from 4.78 to 4.29 ms against 3.
+// (they cost it a fifth of its time).
 template <bool Fractional>
-__global__ void __launch_bounds__(kScoreThreads, kScoreBlocks) score_kernel(ScoreInputs in, double z_thr,
-                                                                             ScoreOutputs out) {
-  __shared__ DigestPartial reduce[kScoreThreads];
+__global__ void __launch_bounds__(32, kScoreBlocks) score_kernel(ScoreInputs in, double z_thr, ScoreOutputs out) {
   __shared__ Probes probes;
-  const int v_local = blockIdx.x;
+  const int strips = (in.rh + 31) / 32;
+  const int v_local = blockIdx.x / strips, strip = blockIdx.x % strips;
   const int a = v_local % in.va, b = in.b_begin + v_local / in.va;
   const long long velocity = (long long)b * in.va + a;
   if (threadIdx.x < 1 + SpectralState::kExtremeProbes) {
@@ -325,9 +339,9 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreBlocks) score_kernel(Scor
     probes.wide[k] = in.fx && in.fx[std::size_t(a) * in.exposures + e] > 0;
     probes.tall[k] = in.fy && in.fy[std::size_t(b) * in.exposures + e] > 0;
   }
-  __syncthreads();
-  __shared__ HardTrial hard[kWarps][kHardQueue];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncwarp();
+  __shared__ HardTrial hard[kHardQueue];
+  const int lane = threadIdx.x;
   const TrustRule rule = trust_rule(in);
   const std::int32_t* sx = in.sx + std::size_t(a) * in.exposures;
   const std::int32_t* sy = in.sy + std::size_t(b) * in.exposures;
@@ -338,7 +352,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreBlocks) score_kernel(Scor
   auto drain = [&]() {
     __syncwarp();
     for (int t = 0; t < queued; ++t) {
-      const HardTrial h = hard[warp][t];
+      const HardTrial h = hard[t];
       bool found = false;
       for (int k0 = 0; k0 < in.exposures && !found; k0 += 32) {
         const int k = k0 + lane;
@@ -353,8 +367,8 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreBlocks) score_kernel(Scor
   // Each thread owns columns y (lanes consecutive in y: coalesced) and walks the rows x, a few
   // rows at a time so that their loads overlap; every thread runs the same iterations (the warp
   // votes below need all lanes), and no divisions run in the loop.
-  for (int j0 = 0; j0 < in.rh; j0 += kScoreThreads) {
-    const int j = j0 + threadIdx.x;
+  {
+    const int j = strip * 32 + lane;
     const int y = in.ry0 + j;
     for (int i0 = 0; i0 < in.rw; i0 += kTrialsInFlight) {
       float A[kTrialsInFlight], B[kTrialsInFlight];
@@ -372,7 +386,7 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreBlocks) score_kernel(Scor
         const bool hard_trial = inside && !hit;
         const unsigned ballot = __ballot_sync(0xffffffffu, hard_trial);
         if (hard_trial)
-          hard[warp][queued + __popc(ballot & ((1u << lane) - 1u))] =
+          hard[queued + __popc(ballot & ((1u << lane) - 1u))] =
               HardTrial{x, y, A[u], B[u], (clamped[u] ? kClamped : 0) | (untrusted[u] ? kUntrusted : 0)};
         queued += __popc(ballot);
       }
@@ -380,13 +394,11 @@ __global__ void __launch_bounds__(kScoreThreads, kScoreBlocks) score_kernel(Scor
     }
   }
   if (queued > 0) drain();
-  reduce[threadIdx.x] = mine.widen(velocity);
-  __syncthreads();
-  for (int stride = kScoreThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) merge_partial(reduce[threadIdx.x], reduce[threadIdx.x + stride]);
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out.partials[velocity] = reduce[0];
+  // Butterfly: every lane ends with the same merge (sums and the order of candidates are
+  // symmetric), the same from run to run.
+  DigestPartial total = mine.widen(velocity);
+  for (int offset = 16; offset > 0; offset /= 2) merge_partial(total, shuffle_partial(total, offset));
+  if (lane == 0) out.partials[velocity * strips + strip] = total;
 }
 
 // The exact A and B of every listed trial, one warp per trial; the count is read on the device, so
@@ -563,9 +575,9 @@ void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
   out.recompute_count = s.recompute_count.data();
   out.recompute_capacity = s.recompute.size();
   if (s.fractional)
-    score_kernel<true><<<velocities, kScoreThreads, 0, s.stream>>>(in, s.z_thr, out);
+    score_kernel<true><<<unsigned(velocities * s.score_strips()), 32, 0, s.stream>>>(in, s.z_thr, out);
   else
-    score_kernel<false><<<velocities, kScoreThreads, 0, s.stream>>>(in, s.z_thr, out);
+    score_kernel<false><<<unsigned(velocities * s.score_strips()), 32, 0, s.stream>>>(in, s.z_thr, out);
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   if (s.policy.top_k > 0) {
     const long long origins = s.region.count();
