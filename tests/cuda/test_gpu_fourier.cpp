@@ -155,36 +155,40 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(GpuFourier, TinyStackAllEnginesWithTopK) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
   const Case& c = case_for("tiny", Encoding::fp32, "reference");
-  OutputPolicy policy = listing_policy(c.reference.digest.z_thr);
-  policy.top_k = 3;
   auto reference = make_engine("reference");
-  const SearchResult ref = search(*reference, c.stack, c.kit.bank, policy);
-  for (const std::string& name : kEngines) {
-    SCOPED_TRACE(name);
-    auto engine = make_engine(name);
-    const SearchResult r = search(*engine, c.stack, c.kit.bank, policy);
-    Case view{c.kit, {}, ref, c.near_threshold};
-    expect_agreement(name, view, r, tolerance_for(name));
-    ASSERT_EQ(r.top_k.size(), ref.top_k.size());
-    std::size_t differing = 0;
-    for (std::size_t i = 0; i < r.top_k.size(); ++i) {
-      const Candidate &a = r.top_k[i], &b = ref.top_k[i];
-      EXPECT_EQ(a.x, b.x);
-      EXPECT_EQ(a.y, b.y);
-      if (a.velocity != b.velocity) {
-        ++differing;  // near-ties may swap
-      } else if (std::isfinite(b.Z)) {
-        EXPECT_NEAR(a.Z, b.Z, find_info(name)->reduced_arithmetic ? 2e-3 : 1e-4) << "top-k entry " << i;
-        EXPECT_EQ(a.obs_count, b.obs_count) << "top-k entry " << i;
+  // k = 3, and 16, the most the engines keep (kMaxTopK: 64 KB of lists per top-k block).
+  for (int k : {3, 16}) {
+    OutputPolicy policy = listing_policy(c.reference.digest.z_thr);
+    policy.top_k = k;
+    const SearchResult ref = search(*reference, c.stack, c.kit.bank, policy);
+    for (const std::string& name : kEngines) {
+      SCOPED_TRACE(name + ", k = " + std::to_string(k));
+      auto engine = make_engine(name);
+      const SearchResult r = search(*engine, c.stack, c.kit.bank, policy);
+      Case view{c.kit, {}, ref, c.near_threshold};
+      expect_agreement(name, view, r, tolerance_for(name));
+      ASSERT_EQ(r.top_k.size(), ref.top_k.size());
+      std::size_t differing = 0;
+      for (std::size_t i = 0; i < r.top_k.size(); ++i) {
+        const Candidate &a = r.top_k[i], &b = ref.top_k[i];
+        EXPECT_EQ(a.x, b.x);
+        EXPECT_EQ(a.y, b.y);
+        if (a.velocity != b.velocity) {
+          ++differing;  // near-ties may swap
+        } else if (std::isfinite(b.Z)) {
+          EXPECT_NEAR(a.Z, b.Z, find_info(name)->reduced_arithmetic ? 2e-3 : 1e-4) << "top-k entry " << i;
+          EXPECT_EQ(a.obs_count, b.obs_count) << "top-k entry " << i;
+        }
       }
+      EXPECT_LE(differing, std::max<std::size_t>(2, r.top_k.size() / 200)) << "top-k entries naming other trials";
+      if (k != 3) continue;
+      // A sub-region: the same trials as the whole-image run restricted to it.
+      const Region part{7, 5, 30, 20};
+      const SearchResult sub = search(*engine, c.stack, c.kit.bank, OutputPolicy{}, part);
+      const SearchResult sub_ref = search(*reference, c.stack, c.kit.bank, OutputPolicy{}, part);
+      const DigestComparison cmp = compare(sub_ref.digest, sub.digest, tolerance_for(name));
+      for (const auto& f : cmp.failures) ADD_FAILURE() << "region: " << f;
     }
-    EXPECT_LE(differing, std::max<std::size_t>(2, r.top_k.size() / 200)) << "top-k entries naming other trials";
-    // A sub-region: the same trials as the whole-image run restricted to it.
-    const Region part{7, 5, 30, 20};
-    const SearchResult sub = search(*engine, c.stack, c.kit.bank, OutputPolicy{}, part);
-    const SearchResult sub_ref = search(*reference, c.stack, c.kit.bank, OutputPolicy{}, part);
-    const DigestComparison cmp = compare(sub_ref.digest, sub.digest, tolerance_for(name));
-    for (const auto& f : cmp.failures) ADD_FAILURE() << "region: " << f;
   }
 }
 
