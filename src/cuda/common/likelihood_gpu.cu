@@ -259,22 +259,6 @@ dim3 image_grid(int width, long long rows) {
   return dim3((width + threads_per_block - 1) / threads_per_block, unsigned(std::min<long long>(rows, max_grid_rows)));
 }
 
-// Pinned host memory that frees itself.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() {
-    if (data_) cudaFreeHost(data_);
-  }
-  void allocate(std::size_t bytes) { SHIFTSTACK_CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault)); }
-  char* get() const { return static_cast<char*>(data_); }
-
- private:
-  void* data_ = nullptr;
-};
-
 // Copies with every OpenMP thread: one thread alone cannot read host memory fast enough to keep
 // the copy engine busy.
 void parallel_copy(char* destination, const void* source, std::size_t bytes) {
@@ -379,7 +363,7 @@ DeviceLikelihood::DeviceLikelihood(const ExposureStack& stack, bool validated) :
   cudaStream_t stream = nullptr;
   SHIFTSTACK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   struct Slot {
-    PinnedBuffer host;
+    PinnedArray<char> host;
     DeviceArray<char> device;
     cudaEvent_t copied = nullptr;  // the host buffer may be refilled once this has passed
   };
@@ -395,7 +379,7 @@ DeviceLikelihood::DeviceLikelihood(const ExposureStack& stack, bool validated) :
     }
   } cleanup{stream, slots};
   for (Slot& slot : slots) {
-    slot.host.allocate(input_bytes);
+    slot.host.reserve(input_bytes);
     slot.device.resize(input_bytes);
     SHIFTSTACK_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
   }
