@@ -117,6 +117,7 @@ struct GatherWorkspace {
   DeviceArray<int> topk_obs;
   PinnedArray<TopKEntry> host_merged;
   PinnedArray<int> host_topk_obs;
+  PinnedArray<unsigned long long> host_candidate_count;  // so that its download does not block the host
 };
 
 // Runs a whole search with the method; result.seconds is device time of the scans (kernels,
