@@ -1,9 +1,9 @@
 // The driver every Fourier-route engine shares: checks, device memory plan, the stages in order
 // with CUDA events between them, and the host-side digest, candidate and top-k assembly.
 #include <algorithm>
-#include <cstdlib>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "cuda/common/device_stack.hpp"

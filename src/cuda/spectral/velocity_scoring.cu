@@ -396,8 +396,8 @@ __global__ void __launch_bounds__(32, kScoreBlocks) score_kernel(ScoreInputs in,
     }
   }
   if (queued > 0) drain();
-  // Butterfly: every lane ends with the same merge (sums and the order of candidates are
-  // symmetric), the same from run to run.
+  // Butterfly: every lane ends with the same merge (the additions commute and the argmax rule is
+  // a strict order), the same from run to run.
   DigestPartial total = mine.widen(velocity);
   for (int offset = 16; offset > 0; offset /= 2) merge_partial(total, shuffle_partial(total, offset));
   if (lane == 0) out.partials[velocity * strips + strip] = total;
