@@ -261,6 +261,28 @@ TEST(GpuGather, EveryFastVariantMatchesReference) {
   EXPECT_GE(tensor_runs, 1);
 }
 
+// k = 16: beside the staging of the variants four warps tall and four velocities wide, a
+// block's lists (16 slots x 4 x 8 rows x 32 columns x 16 bytes = 256 KB) no longer fit in shared
+// memory, so those offer into the global lists, while the narrower variants keep theirs in shared
+// memory: both places of the lists against the reference.
+TEST(GpuGather, EveryFastVariantKeepsLongTopKLists) {
+  REQUIRE_DEVICE();
+  DefaultsGuard guard;
+  for (Encoding enc : {Encoding::fp32, Encoding::fp16}) {
+    Case c = fine_case(enc);
+    c.policy.top_k = 16;
+    finish_case(c);
+    for (const auto& v : cuda::fast_variants()) {
+      if ((v.half_staging || v.tensor_cores) && enc == Encoding::fp32) continue;
+      cuda::set_fast_variant(v.name);
+      auto engine = make_engine("cuda-fast");
+      const SearchInput probe{&c.stack, &c.kit.bank, resolve({}, c.stack.width, c.stack.height), c.policy};
+      if (!engine->unsupported_reason(probe).empty()) continue;  // the drift case of the test above
+      expect_matches_reference(c, search(*engine, c.stack, c.kit.bank, c.policy), v.name + " k = 16 " + to_string(enc));
+    }
+  }
+}
+
 TEST(GpuGather, TiledAndSerialOnUnevenImage) {
   REQUIRE_DEVICE();
   const Case& c = fine_case(Encoding::int8);

@@ -156,7 +156,8 @@ __device__ inline void accumulate_chunk(const unsigned char* window, int window_
                                                       weights + c, A, B);
 }
 
-template <StorageCode S, bool Half, int RV, int RY, int NWY, int NWV, int Pitch, bool Skip, int MinBlocks>
+template <StorageCode S, bool Half, int RV, int RY, int NWY, int NWV, int Pitch, bool Skip, int MinBlocks,
+          bool SharedLists>
 __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_kernel(FastParams P) {
   using Stage = std::conditional_t<Half, unsigned int, float2>;
   using Raw = typename RawPair<S>::type;
@@ -185,6 +186,8 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
 
   LocalDigest digest;
   TopKBound bound[RY];
+  const BlockLists lists(P, staged, rows_per_block, NWV);
+  if constexpr (SharedLists) lists.clear(tid, threads);  // visible after the first chunk's barrier
 
   for (int p = first; p < last; ++p) {
     const int gx = p % t.x_groups, gy = p / t.x_groups;
@@ -289,13 +292,30 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
         const int y = y0 + j;
         const bool origin_in = x < out.tile_x0 + out.tile_width && y < out.tile_y0 + out.tile_height;
         if (!origin_in) continue;
-        TopKEntry* list = out.top_k > 0 ? topk_list(out, x, y, group * NWV + warp_v) : nullptr;
+        if constexpr (!SharedLists) {
+          TopKEntry* list = out.top_k > 0 ? topk_list(out, x, y, group * NWV + warp_v) : nullptr;
 #pragma unroll
-        for (int i = 0; i < RV; ++i)
-          if (i < na)
-            finish_trial(out, digest, A[i][j], B[i][j], x, y, b * t.vx_count + a0 + i, list, &bound[j]);
+          for (int i = 0; i < RV; ++i)
+            if (i < na)
+              finish_trial(out, digest, A[i][j], B[i][j], x, y, b * t.vx_count + a0 + i, list, &bound[j]);
+        } else {
+          const int o = lists.origin(warp_y * RY + j, lane);
+          const float floor = lists.floor_of(p - first, o);
+#pragma unroll
+          for (int i = 0; i < RV; ++i) {
+            if (i >= na || !(B[i][j] > 0.0f)) continue;  // B <= 0: not scored (SPEC 1)
+            const int v = b * t.vx_count + a0 + i;
+            const float Z = score_trial(out, digest, A[i][j], B[i][j], x, y, v);
+            lists.offer(warp_v, o, floor, bound[j], Z, v, A[i][j], B[i][j]);
+          }
+          lists.publish(p - first, warp_v, o, bound[j]);
+        }
       }
     }
+  }
+  if constexpr (SharedLists) {
+    __syncthreads();  // every warp's last offers are in
+    lists.store(out, group, block_x0, block_y0, tid, threads);
   }
   const long long key = block_key(out, group, block_x0, block_y0, warp_size, rows_per_block);
   write_block_digest(out, digest, key, scratch);
@@ -308,13 +328,17 @@ FastVariant make_variant() {
                      std::to_string(RY) + "-w" + std::to_string(NWY) + "x" + std::to_string(NWV) + "-p" +
                      std::to_string(Pitch) + (MinBlocks > 1 ? "-b" + std::to_string(MinBlocks) : "");
   v.info = FastVariantInfo{name, Half, false, Skip, RV, RY, NWY, NWV, Pitch};
-  if constexpr (Half) {
-    v.kernel[0] = nullptr;
-  } else {
-    v.kernel[0] = fast_gather_kernel<StorageCode::fp32, Half, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
-  }
-  v.kernel[1] = fast_gather_kernel<StorageCode::fp16, Half, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
-  v.kernel[2] = fast_gather_kernel<StorageCode::int8, Half, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks>;
+  auto set = [&v]<bool SharedLists>(FastKernel(&kernels)[3]) {
+    if constexpr (Half) {
+      kernels[0] = nullptr;
+    } else {
+      kernels[0] = fast_gather_kernel<StorageCode::fp32, Half, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks, SharedLists>;
+    }
+    kernels[1] = fast_gather_kernel<StorageCode::fp16, Half, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks, SharedLists>;
+    kernels[2] = fast_gather_kernel<StorageCode::int8, Half, RV, RY, NWY, NWV, Pitch, Skip, MinBlocks, SharedLists>;
+  };
+  set.template operator()<false>(v.kernel);
+  set.template operator()<true>(v.kernel_block_lists);
   return v;
 }
 
@@ -494,12 +518,24 @@ class FastMethod final : public GatherMethod {
     encoding_ = input.stack->encoding;
     threads_ = warp_size * i.warps_y * i.warps_v;
     rows_ = i.warps_y * i.rows_per_thread;
-    SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               plan_.shared_bytes));
-    int per_sm = 0;
-    SHIFTSTACK_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, threads_, plan_.shared_bytes));
+    shared_bytes_ = plan_.shared_bytes;
+    int per_sm = blocks_per_multiprocessor(kernel_, shared_bytes_);
     require(per_sm > 0, "cuda-fast: variant " + i.name + " does not fit on a multiprocessor");
+    block_lists_offset_ = -1;
+    if (input.policy.top_k > 0) {
+      // The block's lists in shared memory, where they fit without costing resident blocks.
+      FastKernel with_lists_kernel = plan_.variant->kernel_block_lists[storage_index(input.stack->encoding)];
+      const int offset = (plan_.shared_bytes + 15) / 16 * 16;
+      const std::size_t with_lists = offset + BlockLists::bytes(input.policy.top_k, i.warps_v, rows_);
+      cudaFuncAttributes attributes{};
+      SHIFTSTACK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, with_lists_kernel));
+      if (with_lists + attributes.sharedSizeBytes <= std::size_t(max_shared_memory_per_block()) &&
+          blocks_per_multiprocessor(with_lists_kernel, int(with_lists)) >= per_sm) {
+        kernel_ = with_lists_kernel;
+        block_lists_offset_ = offset;
+        shared_bytes_ = int(with_lists);
+      }
+    }
     const long long origin_blocks = (long long)((input.region.width + warp_size - 1) / warp_size) *
                                     ((input.region.height + rows_ - 1) / rows_);
     groups_ = velocity_groups(tables_.packets(), origin_blocks, multiprocessor_count(), per_sm, 64 / i.warps_v);
@@ -517,6 +553,7 @@ class FastMethod final : public GatherMethod {
 
   void scan(const StackView& view, const ScanOutputs& out, cudaStream_t stream) override {
     FastParams params{view, tables_.tables(), out, groups_, plan_.chunk, plan_.window_rows, plan_.window_elems};
+    params.block_lists_offset = block_lists_offset_;
     if (plan_.variant->info.tensor_cores) {
       // The exposure-grouped copy of this tile, made on the stream before the scan (a pass over
       // the tile at memory bandwidth; it is counted in the scan's time).
@@ -530,7 +567,8 @@ class FastMethod final : public GatherMethod {
     }
     const dim3 grid((out.tile_width + warp_size - 1) / warp_size, (out.tile_height + rows_ - 1) / rows_,
                     groups_);
-    kernel_<<<grid, threads_, plan_.shared_bytes, stream>>>(params);
+    SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes_));
+    kernel_<<<grid, threads_, shared_bytes_, stream>>>(params);
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 
@@ -549,8 +587,17 @@ class FastMethod final : public GatherMethod {
   DeviceArray<uint4> grouped_;
   VariantPlan plan_;
   Encoding encoding_ = Encoding::fp32;
+  // Resident blocks of `kernel` per multiprocessor with `shared` dynamic bytes.
+  int blocks_per_multiprocessor(FastKernel kernel, int shared) const {
+    SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+    int per_sm = 0;
+    SHIFTSTACK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads_, shared));
+    return per_sm;
+  }
+
   FastKernel kernel_ = nullptr;
   int threads_ = 0, rows_ = 0, groups_ = 1;
+  int shared_bytes_ = 0, block_lists_offset_ = -1;  // dynamic shared memory; BlockLists' place in it
 };
 
 class FastEngine final : public Engine {

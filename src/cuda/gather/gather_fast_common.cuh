@@ -3,6 +3,9 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cfloat>
+#include <climits>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -34,6 +37,75 @@ struct FastParams {
   const int* group_x_min = nullptr;                              // [x run * groups + group]
   const int* group_y_min = nullptr;                              // [y run * groups + group]
   int copy_width = 0;                                            // window pixels copied per row
+  // Byte offset of the block's top-k lists in dynamic shared memory (BlockLists), or -1 when the
+  // lists are offered in global memory.
+  int block_lists_offset = -1;
+};
+
+// A block's top-k lists, held in shared memory for the block's lifetime and stored once into the
+// global lists at its end, for cuda-fast's kernels (one list per origin and warp of velocities).
+// In the kbmod shape at k = 8, 62% of a warp's offers had a lane whose trial entered its list
+// (Nsight Compute), and each entry then read the list from the L2 cache.
+//
+// Entries [warp_v][slot][block origin = row * 32 + column]: the lanes of a warp (neighbouring
+// columns) touch neighbouring entries. Beside them, each list publishes the Z of its k-th entry
+// once per packet ("floors", [packet parity][warp_v][block origin]): a trial whose Z is below any
+// list's floor for the same origin is worse than k entries already found for that origin, so it
+// cannot reach the merged top-k and is not offered. The merged lists are the same; the partial
+// lists fill less. Floors are written in a packet's epilogue and read in the next one's (the
+// packet's chunk barriers lie between), alternating between two buffers so that no read meets a
+// write of the same packet.
+struct BlockLists {
+  TopKEntry* entries = nullptr;  // null when the kernel offers into the global lists
+  float* floors = nullptr;
+  int k = 0, origins = 0, warps_v = 0;  // origins per block = 32 x rows
+
+  static constexpr std::size_t bytes(int k, int warps_v, int rows) {
+    const std::size_t origins = std::size_t(rows) * warp_size;
+    return origins * warps_v * (std::size_t(k) * sizeof(TopKEntry) + 2 * sizeof(float));
+  }
+  __device__ BlockLists(const FastParams& P, unsigned char* shared, int rows, int nwv) {
+    if (P.block_lists_offset < 0 || P.out.top_k == 0) return;
+    k = P.out.top_k;
+    origins = rows * warp_size;
+    warps_v = nwv;
+    entries = reinterpret_cast<TopKEntry*>(shared + P.block_lists_offset);
+    floors = reinterpret_cast<float*>(entries + std::size_t(warps_v) * k * origins);
+  }
+  // Every slot empty, every floor -inf; the caller's next barrier makes them visible.
+  __device__ void clear(int tid, int threads) const {
+    const int n = warps_v * k * origins;
+    for (int i = tid; i < n; i += threads) store_entry(entries + i, TopKEntry{-INFINITY, INT_MAX, 0.0f, 0.0f});
+    for (int i = tid; i < 2 * warps_v * origins; i += threads) floors[i] = -INFINITY;
+  }
+  __device__ int origin(int row, int column) const { return row * warp_size + column; }
+  // The highest floor of the origin's lists published in the previous packet (`packet` counts the
+  // block's packets from 0).
+  __device__ float floor_of(int packet, int o) const {
+    const float* f = floors + ((packet + 1) & 1) * warps_v * origins + o;
+    float best = -INFINITY;
+    for (int w = 0; w < warps_v; ++w) best = fmaxf(best, f[w * origins]);
+    return best;
+  }
+  __device__ void publish(int packet, int warp_v, int o, const TopKBound& bound) const {
+    floors[((packet & 1) * warps_v + warp_v) * origins + o] = bound.velocity == INT_MAX ? -INFINITY : bound.Z;
+  }
+  __device__ void offer(int warp_v, int o, float floor, TopKBound& bound, float Z, int v, float A, float B) const {
+    if (Z < floor) return;
+    topk_offer<true>(entries + std::size_t(warp_v) * k * origins + o, k, origins, bound, Z, v, A, B);
+  }
+  // Stores every list of the block into list `group * warps_v + warp_v` of its origin in the
+  // global lists (origins outside the tile have none). Call after a barrier that follows the
+  // block's last offer.
+  __device__ void store(const ScanOutputs& out, int group, int block_x0, int block_y0, int tid, int threads) const {
+    const int n = warps_v * k * origins;
+    for (int i = tid; i < n; i += threads) {
+      const int o = i % origins, slot = (i / origins) % k, wv = i / (origins * k);
+      const int x = block_x0 + o % warp_size, y = block_y0 + o / warp_size;
+      if (x >= out.tile_x0 + out.tile_width || y >= out.tile_y0 + out.tile_height) continue;
+      topk_list(out, x, y, group * warps_v + wv)[slot * topk_stride(out)] = load_entry(entries + i);
+    }
+  }
 };
 
 using FastKernel = void (*)(FastParams);
@@ -41,6 +113,10 @@ using FastKernel = void (*)(FastParams);
 struct FastVariant {
   FastVariantInfo info;
   FastKernel kernel[3];  // per StorageCode; null where the staging cannot hold that storage
+  // The same with the block's top-k lists in shared memory (BlockLists): a kernel of its own, so
+  // that the other paths compile as without it (one kernel with both epilogues spilled more
+  // registers, and the tensor-core scan without top-k took 19.3 ms instead of 17.7 on kbmod).
+  FastKernel kernel_block_lists[3];
   int stages = 2;        // shared-memory buffers (tensor-core variants)
 };
 

@@ -133,7 +133,7 @@ constexpr int mma_offset_row(int packet) {
   return (packet + 3) / 4 * 4 % 16 == 0 ? (packet + 3) / 4 * 4 + 4 : (packet + 3) / 4 * 4;
 }
 
-template <int RV, int RY, int NWY, int NWV, int Pitch, int Stages, int MinBlocks>
+template <int RV, int RY, int NWY, int NWV, int Pitch, int Stages, int MinBlocks, bool SharedLists>
 __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kernel(FastParams P) {
   constexpr int threads = warp_size * NWY * NWV;
   constexpr int rows_per_block = NWY * RY;
@@ -179,6 +179,8 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
 
   LocalDigest digest;
   TopKBound bound[RY];
+  const BlockLists lists(P, staged, rows_per_block, NWV);
+  if constexpr (SharedLists) lists.clear(tid, threads);  // visible after the first chunk's barrier
   const uint4* grouped = P.grouped;
   const std::size_t group_plane = std::size_t(view.rect.height) * view.pitch;
 
@@ -300,7 +302,11 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
       for (int j = 0; j < RY; ++j) {
         const int y = y0 + j;
         const bool origin_in = x < out.tile_x0 + out.tile_width && y < out.tile_y0 + out.tile_height;
-        TopKEntry* list = origin_in && out.top_k > 0 ? topk_list(out, x, y, blockIdx.z * NWV + warp_v) : nullptr;
+        const int o = lists.origin(warp_y * RY + j, x - block_x0);
+        TopKEntry* list =
+            !SharedLists && origin_in && out.top_k > 0 ? topk_list(out, x, y, blockIdx.z * NWV + warp_v) : nullptr;
+        float floor = -INFINITY;
+        if constexpr (SharedLists) floor = lists.floor_of(p - first, o);
 #pragma unroll
         for (int i = 0; i < RV; ++i) {
           // Lanes t and t^2 hold the high- and low-weight halves of the same trials: add them.
@@ -311,10 +317,23 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
           const bool upper = tg >> 1;
           const float A = (upper ? d[2] : d[0]) * unscale.x;
           const float B = (upper ? d[3] : d[1]) * unscale.y;
-          if (origin_in && i < na) finish_trial(out, digest, A, B, x, y, b * t.vx_count + a0 + i, list, &bound[j]);
+          if (!origin_in || i >= na) continue;
+          const int v = b * t.vx_count + a0 + i;
+          if constexpr (!SharedLists) {
+            finish_trial(out, digest, A, B, x, y, v, list, &bound[j]);
+          } else if (B > 0.0f) {  // B <= 0: not scored (SPEC 1)
+            const float Z = score_trial(out, digest, A, B, x, y, v);
+            lists.offer(warp_v, o, floor, bound[j], Z, v, A, B);
+          }
         }
+        if constexpr (SharedLists)
+          if (origin_in) lists.publish(p - first, warp_v, o, bound[j]);
       }
     }
+  }
+  if constexpr (SharedLists) {
+    __syncthreads();  // every warp's last offers are in
+    lists.store(out, blockIdx.z, block_x0, block_y0, tid, threads);
   }
   const long long key = block_key(out, blockIdx.z, block_x0, block_y0, warp_size, rows_per_block);
   write_block_digest(out, digest, key, scratch);
@@ -329,9 +348,11 @@ FastVariant make_mma_variant() {
                            "x" + std::to_string(NWV) + "-p" + std::to_string(Pitch) + "-s" + std::to_string(Stages) +
                            (MinBlocks > 1 ? "-b" + std::to_string(MinBlocks) : "");
   v.info = FastVariantInfo{name, true, true, false, RV, RY, NWY, NWV, Pitch};
-  v.kernel[0] = nullptr;
-  v.kernel[1] = fast_mma_kernel<RV, RY, NWY, NWV, Pitch, Stages, MinBlocks>;
+  v.kernel[0] = v.kernel_block_lists[0] = nullptr;
+  v.kernel[1] = fast_mma_kernel<RV, RY, NWY, NWV, Pitch, Stages, MinBlocks, false>;
   v.kernel[2] = v.kernel[1];  // the kernel reads the regrouped half pairs whatever the storage
+  v.kernel_block_lists[1] = fast_mma_kernel<RV, RY, NWY, NWV, Pitch, Stages, MinBlocks, true>;
+  v.kernel_block_lists[2] = v.kernel_block_lists[1];
   v.stages = Stages;
   return v;
 }

@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 namespace shiftstack::cuda {
 
@@ -87,21 +88,40 @@ struct TopKBound {
   int velocity = INT_MAX;
 };
 
+// One entry as a single 16-byte access (a list slot is 16-byte aligned wherever it lives).
+__device__ inline TopKEntry load_entry(const TopKEntry* at) {
+  const float4 f = *reinterpret_cast<const float4*>(at);
+  return TopKEntry{f.x, __float_as_int(f.y), f.z, f.w};
+}
+__device__ inline void store_entry(TopKEntry* at, const TopKEntry& e) {
+  *reinterpret_cast<float4*>(at) = make_float4(e.Z, __int_as_float(e.velocity), e.A, e.B);
+}
+
 // Offers (Z, v) to a list of k entries (slots `stride` apart), kept unsorted while the scan runs
 // (sort_lists_kernel orders them before the merge): an entry that beats the bound replaces the
 // list's worst, found with the second worst in one pass of independent loads, and the new bound is
 // the worse of that second worst and the new entry. (Sorted insertion walked the list with one
 // dependent load per step. A version that kept the new bound in registers took cuda-tiled's
 // kernel from 128 to 160 registers and its scans 1.9x slower: the bound is still read back.)
+// InShared: a list in shared memory (cuda-fast's BlockLists), read and written as whole 16-byte
+// entries with 32-bit slot offsets; the global lists keep the accesses the other gathers were
+// tuned with.
+template <bool InShared = false>
 __device__ inline void topk_offer(TopKEntry* list, int k, long long stride, TopKBound& bound, float Z, int v,
                                   float A, float B) {
   if (!better_entry(Z, v, bound.Z, bound.velocity)) return;
+  using Index = std::conditional_t<InShared, int, long long>;
+  const Index step = Index(stride);
   int worst = 0;
-  TopKEntry w = list[0];
+  TopKEntry w;
+  if constexpr (InShared) w = load_entry(list);
+  else w = list[0];
   TopKEntry second{INFINITY, -1, 0.0f, 0.0f};  // better than any entry: none yet
 #pragma unroll 4
   for (int i = 1; i < k; ++i) {
-    const TopKEntry e = list[i * stride];
+    TopKEntry e;
+    if constexpr (InShared) e = load_entry(list + i * step);
+    else e = list[i * step];
     if (better_entry(w.Z, w.velocity, e.Z, e.velocity)) {
       second = w;
       w = e;
@@ -110,7 +130,8 @@ __device__ inline void topk_offer(TopKEntry* list, int k, long long stride, TopK
       second = e;
     }
   }
-  list[worst * stride] = TopKEntry{Z, v, A, B};
+  if constexpr (InShared) store_entry(list + worst * step, TopKEntry{Z, v, A, B});
+  else list[worst * step] = TopKEntry{Z, v, A, B};
   const TopKEntry last = k > 1 && better_entry(Z, v, second.Z, second.velocity) ? second : TopKEntry{Z, v, A, B};
   bound.Z = last.velocity == INT_MAX ? -FLT_MAX : last.Z;
   bound.velocity = last.velocity;
@@ -164,14 +185,10 @@ struct LocalDigest {
   }
 };
 
-// Scores one finished trial. Returns Z (or -inf when B <= 0: not scored). SortedLists: the
-// insertion that keeps lists sorted, for cuda-serial: with topk_offer inlined its exposure loop
-// compiled differently and its kbmod scan without top-k ran 1.5x slower (fp32, H200), while
-// cuda-tiled and cuda-fast were unchanged.
-template <bool SortedLists = false>
-__device__ inline void finish_trial(const ScanOutputs& out, LocalDigest& digest, float A, float B,
-                                    int x, int y, int v, TopKEntry* list, TopKBound* bound) {
-  if (!(B > 0.0f)) return;  // Z undefined: not scored (SPEC 1)
+// Scores a finished trial with B > 0 into the digest and the compact candidate list; returns Z.
+// (Trials with B <= 0 have no Z and are not scored, SPEC 1: callers test B first.)
+__device__ inline float score_trial(const ScanOutputs& out, LocalDigest& digest, float A, float B, int x, int y,
+                                    int v) {
   const float Z = A / sqrtf(B);
   digest.sumA += A;
   digest.sumB += B;
@@ -182,6 +199,18 @@ __device__ inline void finish_trial(const ScanOutputs& out, LocalDigest& digest,
     const unsigned long long slot = atomicAdd(out.candidate_count, 1ull);
     if (slot < out.candidate_capacity) out.candidates[slot] = CandidateRecord{x, y, v, A, B, Z};
   }
+  return Z;
+}
+
+// Scores one finished trial and offers it to the origin's list in global memory (none when
+// `list` is null). SortedLists: the insertion that keeps lists sorted, for cuda-serial: with
+// topk_offer inlined its exposure loop compiled differently and its kbmod scan without top-k ran
+// 1.5x slower (fp32, H200), while cuda-tiled and cuda-fast were unchanged.
+template <bool SortedLists = false>
+__device__ inline void finish_trial(const ScanOutputs& out, LocalDigest& digest, float A, float B,
+                                    int x, int y, int v, TopKEntry* list, TopKBound* bound) {
+  if (!(B > 0.0f)) return;
+  const float Z = score_trial(out, digest, A, B, x, y, v);
   if (list) {
     if constexpr (SortedLists) topk_offer_sorted(list, out.top_k, topk_stride(out), *bound, Z, v, A, B);
     else topk_offer(list, out.top_k, topk_stride(out), *bound, Z, v, A, B);
