@@ -24,8 +24,9 @@ class DeviceArray {
   }
   ~DeviceArray() { release(); }
 
-  // Reallocates only to grow (contents then undefined); returns true when it did.
-  bool reserve(std::size_t n) {
+  // Sets the size to n, reallocating only to grow (contents then undefined); returns true when it
+  // reallocated.
+  bool resize(std::size_t n) {
     if (n <= capacity_) {
       size_ = n;
       return false;
@@ -35,7 +36,6 @@ class DeviceArray {
     size_ = capacity_ = n;
     return true;
   }
-  void resize(std::size_t n) { reserve(n); }
   // Synchronous copies.
   void upload(const std::vector<T>& host) {
     resize(host.size());
@@ -51,7 +51,7 @@ class DeviceArray {
   }
   // Copies ordered on a stream; download waits for it.
   void upload(const T* host, std::size_t n, cudaStream_t stream) {
-    reserve(n);
+    resize(n);
     if (n) SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(data_, host, n * sizeof(T), cudaMemcpyHostToDevice, stream));
   }
   void upload(const std::vector<T>& host, cudaStream_t stream) { upload(host.data(), host.size(), stream); }
@@ -68,9 +68,7 @@ class DeviceArray {
     data_ = nullptr;
     size_ = capacity_ = 0;
   }
-  T* get() const { return data_; }
-  T* data() { return data_; }
-  const T* data() const { return data_; }
+  T* get() const { return data_; }  // a handle's pointer, as unique_ptr::get (kernels take T*)
   std::size_t size() const { return size_; }
   std::size_t bytes() const { return size_ * sizeof(T); }
 

@@ -190,18 +190,18 @@ class FourierEngine final : public SpectralEngine {
   void contract(SpectralState& s, int b_begin, int b_end) override {
     const FourierGeometry& g = s.geometry;
     phase_sum::Params p{};
-    p.spectra = s.spectra.data();
-    p.root_x = s.root_x.data();
-    p.root_y = s.root_y.data();
-    p.sx = s.shift_x.data();
-    p.sy = s.shift_y.data();
-    p.fx = s.fractional ? s.frac_x.data() : nullptr;
-    p.fy = s.fractional ? s.frac_y.data() : nullptr;
+    p.spectra = s.spectra.get();
+    p.root_x = s.root_x.get();
+    p.root_y = s.root_y.get();
+    p.sx = s.shift_x.get();
+    p.sy = s.shift_y.get();
+    p.fx = s.fractional ? s.frac_x.get() : nullptr;
+    p.fy = s.fractional ? s.frac_y.get() : nullptr;
     p.nx = g.nx, p.ny = g.ny, p.nyh = g.nyh, p.exposures = s.exposures, p.va = s.va;
     p.b_begin = b_begin;
     p.rows = (b_end - b_begin) * g.nyh;
     p.norm = s.inverse_norm();
-    p.out = s.velocity_spectra.data();
+    p.out = s.velocity_spectra.get();
     // Columns: as few CTAs per row block as cover va with at most kMaxCols columns each.
     const int column_blocks = (s.va + phase_sum::kMaxCols - 1) / phase_sum::kMaxCols;
     const int per_block = (s.va + column_blocks - 1) / column_blocks;

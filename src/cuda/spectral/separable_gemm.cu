@@ -126,9 +126,9 @@ class SeparableGemmEngine final : public SpectralEngine {
     pack_half_spectra(s, 1);
     const FourierGeometry& g = s.geometry;
     const int cols = columns(s), depth = 2 * s.exposures_padded;
-    phases_.reserve(std::size_t(g.nx) * cols * depth);
+    phases_.resize(std::size_t(g.nx) * cols * depth);
     gemm::block_phase_kernel<<<grid_for(phases_.size(), 256), 256, 0, s.stream>>>(
-        s.shift_x.data(), s.root_x_half.data(), g.nx, s.va, cols, s.exposures, s.exposures_padded, phases_.data());
+        s.shift_x.get(), s.root_x_half.get(), g.nx, s.va, cols, s.exposures, s.exposures_padded, phases_.get());
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 
@@ -137,25 +137,25 @@ class SeparableGemmEngine final : public SpectralEngine {
     const int rows = (b_end - b_begin) * g.nyh;
     const int m_per_channel = (rows + 7) / 8 * 8;  // row counts multiple of 8 keep cuBLAS on aligned kernels
     const int m_total = 2 * m_per_channel, cols = columns(s), depth = 2 * s.exposures_padded;
-    operand_.reserve(std::size_t(gemm::kFrequencyChunk) * m_total * depth);
-    product_.reserve(std::size_t(gemm::kFrequencyChunk) * m_total * cols);
+    operand_.resize(std::size_t(gemm::kFrequencyChunk) * m_total * depth);
+    product_.resize(std::size_t(gemm::kFrequencyChunk) * m_total * cols);
     const float one = 1.0f, zero = 0.0f;
     for (int mx0 = 0; mx0 < g.nx; mx0 += gemm::kFrequencyChunk) {
       const int count = std::min(gemm::kFrequencyChunk, g.nx - mx0);
       gemm::materialize_kernel<<<grid_for(std::size_t(count) * m_total * (s.exposures_padded / 4), 256), 256, 0,
-                                 s.stream>>>(s.half_spectra.data(), s.shift_y_rel.data(), s.root_y.data(), g.min_sy,
+                                 s.stream>>>(s.half_spectra.get(), s.shift_y_rel.get(), s.root_y.get(), g.min_sy,
                                              g.ny, g.nyh, s.nyh_padded, s.exposures_padded, b_begin, rows,
-                                             m_per_channel, mx0, count, reinterpret_cast<__half2*>(operand_.data()));
+                                             m_per_channel, mx0, count, reinterpret_cast<__half2*>(operand_.get()));
       SHIFTSTACK_CUDA_CHECK_LAUNCH();
       // Column-major: product (m_total x cols) = operand^T (m_total x depth) * phases (depth x cols).
       SHIFTSTACK_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-          handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_total, cols, depth, &one, operand_.data(), CUDA_R_16F, depth,
-          (long long)m_total * depth, phases_.data() + std::size_t(mx0) * cols * depth, CUDA_R_16F, depth,
-          (long long)cols * depth, &zero, product_.data(), CUDA_R_32F, m_total, (long long)m_total * cols, count,
+          handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_total, cols, depth, &one, operand_.get(), CUDA_R_16F, depth,
+          (long long)m_total * depth, phases_.get() + std::size_t(mx0) * cols * depth, CUDA_R_16F, depth,
+          (long long)cols * depth, &zero, product_.get(), CUDA_R_32F, m_total, (long long)m_total * cols, count,
           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       gemm::scatter_kernel<<<grid_for(std::size_t(count) * s.va * m_per_channel, 256), 256, 0, s.stream>>>(
-          product_.data(), s.scales.data(), g.nx, g.ny, g.nyh, s.va, rows, m_per_channel, cols, mx0, count,
-          s.inverse_norm(), s.velocity_spectra.data());
+          product_.get(), s.scales.get(), g.nx, g.ny, g.nyh, s.va, rows, m_per_channel, cols, mx0, count,
+          s.inverse_norm(), s.velocity_spectra.get());
       SHIFTSTACK_CUDA_CHECK_LAUNCH();
     }
   }

@@ -276,66 +276,66 @@ void forward_transforms(SpectralState& s) {
   const FourierGeometry& g = s.geometry;
   const int E = s.exposures, pitch = 2 * g.nyh;
   s.words_per_column = (g.height + 31) / 32;
-  s.informative.reserve(std::size_t(E) * g.width * s.words_per_column);
-  s.spectra.reserve(std::size_t(s.input_channels()) * E * g.nx * g.nyh);  // = the real planes' floats / 2
-  s.floor_bits.reserve(2);
+  s.informative.resize(std::size_t(E) * g.width * s.words_per_column);
+  s.spectra.resize(std::size_t(s.input_channels()) * E * g.nx * g.nyh);  // = the real planes' floats / 2
+  s.floor_bits.resize(2);
   const unsigned int range_bits[2] = {0x7f800000u, 0u};  // +inf, 0: no informative sample yet
-  SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.floor_bits.data(), range_bits, sizeof range_bits,
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.floor_bits.get(), range_bits, sizeof range_bits,
                                         cudaMemcpyHostToDevice, s.stream));
   const DecodeInputs in = decode_inputs(s);
   const dim3 block(kTile, 8), grid((g.ny + kTile - 1) / kTile, (g.nx + kTile - 1) / kTile, E);
   decode_planes_kernel<<<grid, block, 0, s.stream>>>(in, E, g.nx, g.ny, pitch,
-                                                     reinterpret_cast<float*>(s.spectra.data()),
-                                                     s.informative.data(), s.words_per_column,
-                                                     s.floor_bits.data());
+                                                     reinterpret_cast<float*>(s.spectra.get()),
+                                                     s.informative.get(), s.words_per_column,
+                                                     s.floor_bits.get());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   if (s.fractional) {
     require(s.covariances.size() == 4 * std::size_t(E) * g.width * g.height,
             "fractional shifts need the covariance planes of the stack (SPEC 2)");
-    covariance_planes_kernel<<<grid, block, 0, s.stream>>>(s.covariances.data(), s.phi_weight.data(), E, g.width,
-                                                           g.height, g.nx, g.ny, pitch, s.informative.data(),
+    covariance_planes_kernel<<<grid, block, 0, s.stream>>>(s.covariances.get(), s.phi_weight.get(), E, g.width,
+                                                           g.height, g.nx, g.ny, pitch, s.informative.get(),
                                                            s.words_per_column,
-                                                           reinterpret_cast<float*>(s.spectra.data()));
+                                                           reinterpret_cast<float*>(s.spectra.get()));
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
   s.forward_plan.make(g.nx, g.ny, s.input_channels() * E, true, s.stream);
-  SHIFTSTACK_CUFFT_CHECK(cufftExecR2C(s.forward_plan.handle(), reinterpret_cast<cufftReal*>(s.spectra.data()),
-                                      reinterpret_cast<cufftComplex*>(s.spectra.data())));
+  SHIFTSTACK_CUFFT_CHECK(cufftExecR2C(s.forward_plan.handle(), reinterpret_cast<cufftReal*>(s.spectra.get()),
+                                      reinterpret_cast<cufftComplex*>(s.spectra.get())));
 }
 
 void pack_half_spectra(SpectralState& s, int vb_granularity) {
   const FourierGeometry& g = s.geometry;
   const std::int64_t F = g.frequencies();
-  s.scales.reserve(std::size_t(2) * F);
-  const bool fresh = s.half_spectra.reserve(std::size_t(g.nx) * s.nyh_padded * s.exposures_padded);
+  s.scales.resize(std::size_t(2) * F);
+  const bool fresh = s.half_spectra.resize(std::size_t(g.nx) * s.nyh_padded * s.exposures_padded);
   if (fresh || s.nyh_padded != g.nyh) {
     // Rows my in [nyh, nyh_padded) are never written by the packer: keep them zero.
-    SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_spectra.data(), 0, s.half_spectra.bytes(), s.stream));
+    SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_spectra.get(), 0, s.half_spectra.bytes(), s.stream));
   }
-  spectrum_scale_kernel<<<unsigned((F + 255) / 256), 256, 0, s.stream>>>(s.spectra.data(), s.exposures, F,
-                                                                           s.input_channels() - 1, s.scales.data());
+  spectrum_scale_kernel<<<unsigned((F + 255) / 256), 256, 0, s.stream>>>(s.spectra.get(), s.exposures, F,
+                                                                           s.input_channels() - 1, s.scales.get());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   const dim3 block(kTile, 8), grid(unsigned((F + kTile - 1) / kTile), s.exposures_padded / kTile);
-  const PackSource source{s.spectra.data(), s.scales.data(), s.exposures, F};
+  const PackSource source{s.spectra.get(), s.scales.get(), s.exposures, F};
   const SpectrumPair pairs{source};
   pack_transposed_kernel<<<grid, block, 0, s.stream>>>(pairs, s.exposures, s.exposures_padded, F, g.nyh, s.nyh_padded,
-                                                       s.half_spectra.data());
+                                                       s.half_spectra.get());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   if (s.fractional) {
     const std::size_t samples = std::size_t(g.nx) * s.nyh_padded * s.exposures_padded;
-    const bool fresh_pairs = s.half_covariances.reserve(samples);
-    const bool fresh_diagonals = s.half_diagonals.reserve(samples);
+    const bool fresh_pairs = s.half_covariances.resize(samples);
+    const bool fresh_diagonals = s.half_diagonals.resize(samples);
     if (fresh_pairs || fresh_diagonals || s.nyh_padded != g.nyh) {
-      SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_covariances.data(), 0, s.half_covariances.bytes(), s.stream));
-      SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_diagonals.data(), 0, s.half_diagonals.bytes(), s.stream));
+      SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_covariances.get(), 0, s.half_covariances.bytes(), s.stream));
+      SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_diagonals.get(), 0, s.half_diagonals.bytes(), s.stream));
     }
     const CovariancePair covariances{source};
     pack_transposed_kernel<<<grid, block, 0, s.stream>>>(covariances, s.exposures, s.exposures_padded, F, g.nyh,
-                                                         s.nyh_padded, s.half_covariances.data());
+                                                         s.nyh_padded, s.half_covariances.get());
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
     const Diagonals diagonals{source};
     pack_transposed_kernel<<<grid, block, 0, s.stream>>>(diagonals, s.exposures, s.exposures_padded, F, g.nyh,
-                                                         s.nyh_padded, s.half_diagonals.data());
+                                                         s.nyh_padded, s.half_diagonals.get());
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 

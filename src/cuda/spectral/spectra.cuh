@@ -308,8 +308,8 @@ __device__ inline void decode_sample(const DecodeInputs& in, int e, int x, int y
 }
 
 inline DecodeInputs decode_inputs(SpectralState& s) {
-  return DecodeInputs{s.encoding, s.payload.data(), s.psi_weight.data(), s.phi_weight.data(),
-                      s.exceptions.data(), int(s.exceptions.size()), s.geometry.width, s.geometry.height};
+  return DecodeInputs{s.encoding, s.payload.get(), s.psi_weight.get(), s.phi_weight.get(),
+                      s.exceptions.get(), int(s.exceptions.size()), s.geometry.width, s.geometry.height};
 }
 
 // --- stages shared by the engines (spectra.cu) ------------------------------------------------------

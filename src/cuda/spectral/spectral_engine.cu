@@ -137,15 +137,15 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
 
   // Device memory: the forward spectra stay for the whole scan; velocity rows are processed in
   // chunks whose spectra (and the engine's own per-row buffers) fit in what is left.
-  s.spectra.reserve(std::size_t(s.input_channels()) * s.exposures * g.nx * g.nyh);
-  s.partials.reserve(std::size_t(V) * s.score_strips());
-  s.candidate_count.reserve(1);
-  s.recompute_count.reserve(1);
+  s.spectra.resize(std::size_t(s.input_channels()) * s.exposures * g.nx * g.nyh);
+  s.partials.resize(std::size_t(V) * s.score_strips());
+  s.candidate_count.resize(1);
+  s.recompute_count.resize(1);
   if (s.policy.collect_candidates) {
     const double all = double(s.region.count()) * double(V);
-    s.candidates.reserve(std::size_t(std::min<double>({double(s.policy.max_candidates), all, double(1 << 25)})));
+    s.candidates.resize(std::size_t(std::min<double>({double(s.policy.max_candidates), all, double(1 << 25)})));
   }
-  if (s.policy.top_k > 0) s.top.reserve(std::size_t(s.region.count()) * s.policy.top_k);
+  if (s.policy.top_k > 0) s.top.resize(std::size_t(s.region.count()) * s.policy.top_k);
   const int granularity = row_granularity();
   {
     std::size_t free_bytes = 0, total_bytes = 0;
@@ -163,7 +163,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
     if (const char* forced = std::getenv("SHIFTSTACK_FOURIER_CHUNK_ROWS"))
       s.chunk_rows = std::min(s.chunk_rows, round_up(std::max(1, std::atoi(forced)), granularity));
   }
-  s.velocity_spectra.reserve(s.velocity_values(s.chunk_rows));
+  s.velocity_spectra.resize(s.velocity_values(s.chunk_rows));
   const int chunks = (s.vb + s.chunk_rows - 1) / s.chunk_rows;
   while (int(s.chunk_events.size()) < 3 * chunks) {
     cudaEvent_t e;
@@ -183,9 +183,9 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   unsigned long long recomputed = 0;
   std::vector<Candidate> top_list;
   for (;;) {
-    s.recompute.reserve(s.recompute_capacity);
-    SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.candidate_count.data(), 0, sizeof(unsigned long long), s.stream));
-    SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.recompute_count.data(), 0, sizeof(unsigned long long), s.stream));
+    s.recompute.resize(s.recompute_capacity);
+    SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.candidate_count.get(), 0, sizeof(unsigned long long), s.stream));
+    SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.recompute_count.get(), 0, sizeof(unsigned long long), s.stream));
     SHIFTSTACK_CUDA_CHECK(cudaEventRecord(s.events[0], s.stream));
     find_extreme_probes(s);
     forward_transforms(s);
@@ -275,7 +275,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   // Trials gathered exactly: in (velocity, y, x) order, so the digest is the same run after run.
   std::vector<RecomputedTrial> exact(recomputed);
   if (recomputed)
-    SHIFTSTACK_CUDA_CHECK(cudaMemcpy(exact.data(), s.recompute.data(), recomputed * sizeof(RecomputedTrial),
+    SHIFTSTACK_CUDA_CHECK(cudaMemcpy(exact.data(), s.recompute.get(), recomputed * sizeof(RecomputedTrial),
                                      cudaMemcpyDeviceToHost));
   std::sort(exact.begin(), exact.end(), [](const RecomputedTrial& a, const RecomputedTrial& b) {
     if (a.velocity != b.velocity) return a.velocity < b.velocity;
@@ -306,7 +306,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
                                               std::to_string(s.candidates.size()) + ": raise the threshold");
     std::vector<DeviceCandidate> list(found);
     if (found)
-      SHIFTSTACK_CUDA_CHECK(cudaMemcpy(list.data(), s.candidates.data(), found * sizeof(DeviceCandidate),
+      SHIFTSTACK_CUDA_CHECK(cudaMemcpy(list.data(), s.candidates.get(), found * sizeof(DeviceCandidate),
                                        cudaMemcpyDeviceToHost));
     for (const auto& c : list) {
       result.candidates.push_back(make_candidate(c.x, c.y, c.velocity, c.A, c.B, c.Z));

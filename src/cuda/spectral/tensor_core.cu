@@ -708,15 +708,15 @@ class TensorCoreEngine final : public SpectralEngine {
     table_stride_ = std::size_t(g.nx) * va_padded_ * s.exposures_padded;
     const unsigned blocks = unsigned((table_stride_ + 255) / 256);
     if (s.fractional) {
-      x_phases_.reserve(tc::kFracTables * table_stride_);
-      tc::fractional_x_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.data(), s.frac_x.data(),
-                                                                  s.root_x.data(), g.nx, s.va, va_padded_,
-                                                                  s.exposures, s.exposures_padded, x_phases_.data());
+      x_phases_.resize(tc::kFracTables * table_stride_);
+      tc::fractional_x_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.get(), s.frac_x.get(),
+                                                                  s.root_x.get(), g.nx, s.va, va_padded_,
+                                                                  s.exposures, s.exposures_padded, x_phases_.get());
     } else {
-      x_phases_.reserve(table_stride_);
-      tc::x_phase_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.data(), s.root_x_half.data(), g.nx, s.va,
+      x_phases_.resize(table_stride_);
+      tc::x_phase_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.get(), s.root_x_half.get(), g.nx, s.va,
                                                              va_padded_, s.exposures, s.exposures_padded,
-                                                             x_phases_.data());
+                                                             x_phases_.get());
     }
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
@@ -737,11 +737,11 @@ class TensorCoreEngine final : public SpectralEngine {
   tc::Params params(SpectralState& s, int b_begin, int b_end) const {
     const FourierGeometry& g = s.geometry;
     tc::Params p{};
-    p.half_spectra = s.half_spectra.data();
-    p.scales = s.scales.data();
-    p.x_phases = x_phases_.data();
-    p.shift_y_rel = s.shift_y_rel.data();
-    p.root_y = s.root_y.data();
+    p.half_spectra = s.half_spectra.get();
+    p.scales = s.scales.get();
+    p.x_phases = x_phases_.get();
+    p.shift_y_rel = s.shift_y_rel.get();
+    p.root_y = s.root_y.get();
     p.min_sy = g.min_sy;
     p.shift_span = g.max_sy - g.min_sy + 1;
     p.ny = g.ny;
@@ -754,7 +754,7 @@ class TensorCoreEngine final : public SpectralEngine {
     p.b_begin = b_begin;
     p.b_end = b_end;
     p.norm = s.inverse_norm();
-    p.out = s.velocity_spectra.data();
+    p.out = s.velocity_spectra.get();
     return p;
   }
 
@@ -809,9 +809,9 @@ class TensorCoreEngine final : public SpectralEngine {
     tc::FractionalParams fp{};
     fp.base = params(s, b_begin, b_end);
     fp.table_stride = table_stride_;
-    fp.half_covariances = s.half_covariances.data();
-    fp.half_diagonals = s.half_diagonals.data();
-    fp.frac_y_rel = s.frac_y_rel.data();
+    fp.half_covariances = s.half_covariances.get();
+    fp.half_diagonals = s.half_diagonals.get();
+    fp.frac_y_rel = s.frac_y_rel.get();
     const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
     const int smem = tc::FractionalLayout<kColumnTiles>::total_bytes(fp.base.shift_span);
     SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(tc::contract_fractional_kernel<kColumnTiles>,

@@ -517,9 +517,9 @@ __global__ void extreme_probes_kernel(const std::int32_t* sx, const std::int32_t
 
 void find_extreme_probes(SpectralState& s) {
   const int velocities = s.va * s.vb;
-  s.extreme_probes.reserve(std::size_t(velocities) * SpectralState::kExtremeProbes);
+  s.extreme_probes.resize(std::size_t(velocities) * SpectralState::kExtremeProbes);
   extreme_probes_kernel<<<unsigned((velocities + 7) / 8), 256, 0, s.stream>>>(
-      s.shift_x.data(), s.shift_y.data(), s.va, velocities, s.exposures, s.extreme_probes.data());
+      s.shift_x.get(), s.shift_y.get(), s.va, velocities, s.exposures, s.extreme_probes.get());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 
@@ -528,7 +528,7 @@ void inverse_transforms(SpectralState& s, int rows) {
   auto& plan = s.inverse_plans[batch];
   if (!plan) plan = std::make_unique<FftPlan>();
   plan->make(s.geometry.nx, s.geometry.ny, batch, false, s.stream);
-  auto* spectra = reinterpret_cast<cufftComplex*>(s.velocity_spectra.data());
+  auto* spectra = reinterpret_cast<cufftComplex*>(s.velocity_spectra.get());
   SHIFTSTACK_CUFFT_CHECK(cufftExecC2C(plan->handle(), spectra, spectra, CUFFT_INVERSE));
 }
 
@@ -538,27 +538,27 @@ namespace {
 ScoreInputs score_inputs(SpectralState& s, int b_begin) {
   const FourierGeometry& g = s.geometry;
   ScoreInputs in{};
-  in.sums = s.velocity_spectra.data();
+  in.sums = s.velocity_spectra.get();
   in.velocity_stride = std::size_t(g.nx) * g.ny;
   in.pitch = g.ny;
   in.va = s.va;
   in.b_begin = b_begin;
   in.rx0 = s.region.x0, in.ry0 = s.region.y0, in.rw = s.region.width, in.rh = s.region.height;
-  in.sx = s.shift_x.data();
-  in.sy = s.shift_y.data();
-  in.probe_order = s.probe_order.data();
-  in.extreme_probes = s.extreme_probes.data();
+  in.sx = s.shift_x.get();
+  in.sy = s.shift_y.get();
+  in.probe_order = s.probe_order.get();
+  in.extreme_probes = s.extreme_probes.get();
   in.exposures = s.exposures;
-  in.informative = s.informative.data();
+  in.informative = s.informative.get();
   in.words_per_column = s.words_per_column;
   in.width = g.width;
   in.height = g.height;
-  in.floor_bits = s.floor_bits.data();
+  in.floor_bits = s.floor_bits.get();
   in.exact_below = s.exact_below;
-  in.fx = s.fractional ? s.frac_x.data() : nullptr;
-  in.fy = s.fractional ? s.frac_y.data() : nullptr;
+  in.fx = s.fractional ? s.frac_x.get() : nullptr;
+  in.fy = s.fractional ? s.frac_y.get() : nullptr;
   in.decode = decode_inputs(s);
-  in.covariances = s.fractional ? s.covariances.data() : nullptr;
+  in.covariances = s.fractional ? s.covariances.get() : nullptr;
   return in;
 }
 }  // namespace
@@ -567,14 +567,14 @@ void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
   const int velocities = (b_end - b_begin) * s.va;
   const ScoreInputs in = score_inputs(s, b_begin);
   ScoreOutputs out{};
-  out.partials = s.partials.data();
+  out.partials = s.partials.get();
   out.collect = s.policy.collect_candidates;
   out.candidate_threshold = s.policy.candidate_threshold;
-  out.candidates = s.candidates.data();
-  out.candidate_count = s.candidate_count.data();
+  out.candidates = s.candidates.get();
+  out.candidate_count = s.candidate_count.get();
   out.candidate_capacity = s.candidates.size();
-  out.recompute = s.recompute.data();
-  out.recompute_count = s.recompute_count.data();
+  out.recompute = s.recompute.get();
+  out.recompute_count = s.recompute_count.get();
   out.recompute_capacity = s.recompute.size();
   if (s.fractional)
     score_kernel<true><<<unsigned(velocities * s.score_strips()), 32, 0, s.stream>>>(in, s.z_thr, out);
@@ -586,7 +586,7 @@ void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
     const std::size_t shared = top_k_shared_bytes(s.policy.top_k);
     SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(top_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
     top_k_kernel<<<unsigned((origins + 31) / 32), 32 * kTopKSlices, shared, s.stream>>>(in, velocities, s.policy.top_k,
-                                                                                      first_chunk, s.top.data());
+                                                                                      first_chunk, s.top.get());
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 }
@@ -596,7 +596,7 @@ void recompute_trials(SpectralState& s) {
   const ScoreInputs in = score_inputs(s, 0);  // only the stack and the shift tables are read
   // About one warp per scheduler: the lists are short (tens to thousands of trials).
   constexpr int kBlocks = 132, kThreads = 128;
-  recompute_kernel<<<kBlocks, kThreads, 0, s.stream>>>(in, s.recompute.data(), s.recompute_count.data(),
+  recompute_kernel<<<kBlocks, kThreads, 0, s.stream>>>(in, s.recompute.get(), s.recompute_count.get(),
                                                        s.recompute.size());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
@@ -639,8 +639,8 @@ __global__ void observation_count_kernel(ObservedTrials trials, int count, const
 
 void launch_observation_counts(SpectralState& s, ObservedTrials trials, int count, int* counts) {
   observation_count_kernel<<<unsigned((count + 255) / 256), 256, 0, s.stream>>>(
-      trials, count, s.shift_x.data(), s.shift_y.data(), s.fractional ? s.frac_x.data() : nullptr,
-      s.fractional ? s.frac_y.data() : nullptr, s.va, s.exposures, s.informative.data(), s.words_per_column,
+      trials, count, s.shift_x.get(), s.shift_y.get(), s.fractional ? s.frac_x.get() : nullptr,
+      s.fractional ? s.frac_y.get() : nullptr, s.va, s.exposures, s.informative.get(), s.words_per_column,
       s.geometry.width, s.geometry.height, counts);
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
@@ -652,23 +652,23 @@ std::vector<int> observation_counts(SpectralState& s, const std::vector<int4>& t
   DeviceArray<int4> list;
   DeviceArray<int> out;
   list.upload(trials, s.stream);
-  out.reserve(trials.size());
-  launch_observation_counts(s, ObservedTrials{list.data(), nullptr, 0, 0, 0, 0}, int(trials.size()), out.data());
+  out.resize(trials.size());
+  launch_observation_counts(s, ObservedTrials{list.get(), nullptr, 0, 0, 0, 0}, int(trials.size()), out.get());
   counts = out.download(s.stream);
   return counts;
 }
 
 void download_top_k(SpectralState& s) {
   const std::size_t entries = s.top.size();
-  s.top_counts.reserve(entries);
-  launch_observation_counts(s, ObservedTrials{nullptr, s.top.data(), s.policy.top_k, s.region.x0, s.region.y0,
+  s.top_counts.resize(entries);
+  launch_observation_counts(s, ObservedTrials{nullptr, s.top.get(), s.policy.top_k, s.region.x0, s.region.y0,
                                               s.region.width},
-                            int(entries), s.top_counts.data());
+                            int(entries), s.top_counts.get());
   s.host_top.reserve(entries);
   s.host_top_counts.reserve(entries);
-  SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.host_top.get(), s.top.data(), entries * sizeof(TopEntry),
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.host_top.get(), s.top.get(), entries * sizeof(TopEntry),
                                         cudaMemcpyDeviceToHost, s.stream));
-  SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.host_top_counts.get(), s.top_counts.data(), entries * sizeof(int),
+  SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.host_top_counts.get(), s.top_counts.get(), entries * sizeof(int),
                                         cudaMemcpyDeviceToHost, s.stream));
 }
 
