@@ -377,11 +377,7 @@ struct Runner {
 
   // Child ci's maps for this node's velocity (jx, jy), moved by the parent's shift, and further by
   // (extra_x, extra_y) in the parent's map (a fused root reads its children's maps at an offset).
-  struct Source {
-    const float *A, *B;
-    int stride;
-  };
-  Source child_source(int index, int ci, const MapsView& child_maps, int jx, int jy, int extra_x = 0,
+  PlanePair child_source(int index, int ci, const MapsView& child_maps, int jx, int jy, int extra_x = 0,
                       int extra_y = 0) const {
     const Node& node = plan.nodes[index];
     const int child = node.child[ci];
@@ -444,9 +440,7 @@ struct Runner {
     for (int jy : gy.used)
       for (int jx : gx.used) {
         float* A = entry_map(geo, index, maps, jx, jy);
-        const Source s0 = child_source(index, 0, view[0], jx, jy), s1 = child_source(index, 1, view[1], jx, jy);
-        add_planes(A, W, s0.A, s0.stride, s1.A, s1.stride, W, H);
-        add_planes(A + plane, W, s0.B, s0.stride, s1.B, s1.stride, W, H);
+        add_maps(A, A + plane, W, child_source(index, 0, view[0], jx, jy), child_source(index, 1, view[1], jx, jy), W, H);
       }
     const std::int64_t n = entries_of(geo, index);
     entries[node.level] += n;
@@ -498,12 +492,12 @@ struct Runner {
             const int child = node.child[c];
             const int kx = node.axis[0].child_entry[c][a], ky = node.axis[1].child_entry[c][b];
             for (int g = 0; g < 2; ++g, ++k, ++slot) {
-              const Source s = child_source(child, g, view[k], kx, ky, rx.child_offset[c][a], ry.child_offset[c][b]);
-              src.a[slot] = s.A, src.b[slot] = s.B, src.stride[slot] = s.stride;
+              const PlanePair s = child_source(child, g, view[k], kx, ky, rx.child_offset[c][a], ry.child_offset[c][b]);
+              src.a[slot] = s.a, src.b[slot] = s.b, src.stride[slot] = s.stride;
             }
           } else {
-            const Source s = child_source(0, c, view[k++], a, b);
-            src.a[slot] = s.A, src.b[slot] = s.B, src.stride[slot] = s.stride;
+            const PlanePair s = child_source(0, c, view[k++], a, b);
+            src.a[slot] = s.a, src.b[slot] = s.b, src.stride[slot] = s.stride;
             ++slot;
             if (count == 4) {
               src.a[slot] = src.b[slot] = zeros.data(), src.stride[slot] = 0;

@@ -5,9 +5,16 @@
 
 namespace shiftstack::tree {
 
-// out[r][i] = a[r][i] + b[r][i] for rows r < rows, i < width (strides in floats).
-void add_planes(float* out, int out_stride, const float* a, int a_stride, const float* b, int b_stride, int width,
-                int rows);
+// One map's two channels read at one position: rows `stride` floats apart in both planes.
+struct PlanePair {
+  const float* a;
+  const float* b;
+  int stride;
+};
+// Both channels of a parent's map: out_a[r][i] = first.a[r][i] + second.a[r][i], and the same
+// for out_b from the b planes, for rows r < rows, i < width (strides in floats).
+void add_maps(float* out_a, float* out_b, int out_stride, const PlanePair& first, const PlanePair& second, int width,
+              int rows);
 // out[r][i] = src[r][i], or out[r][i] += src[r][i].
 void copy_plane(float* out, int out_stride, const float* src, int src_stride, int width, int rows);
 void accumulate_plane(float* out, int out_stride, const float* src, int src_stride, int width, int rows);
