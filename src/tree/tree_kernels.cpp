@@ -196,9 +196,9 @@ TREE_KERNEL void clean_fp32_row(const float* pairs, int n, float psi_weight, flo
 #pragma omp simd
   for (int i = 0; i < n; ++i) {
     const float p = pairs[2 * i], f = pairs[2 * i + 1];
-    const bool valid = f > 0;
-    psi[i] = valid ? psi_weight * p : 0.0f;
-    phi[i] = valid ? phi_weight * f : 0.0f;
+    const std::int32_t valid = f > 0 ? -1 : 0;  // a mask, not two selects: see score_sources
+    psi[i] = std::bit_cast<float>(std::bit_cast<std::int32_t>(psi_weight * p) & valid);
+    phi[i] = std::bit_cast<float>(std::bit_cast<std::int32_t>(phi_weight * f) & valid);
   }
 }
 
