@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -292,6 +293,40 @@ TEST(TreeEngine, FallsBackToTheExhaustiveEngineAndSaysWhy) {
   run_tree(o, encode_kit(kit), kit.bank, OutputPolicy{}, {}, &stats);
   EXPECT_TRUE(stats.fell_back);
   EXPECT_NE(stats.fallback_reason.find("additions per trial"), std::string::npos) << stats.fallback_reason;
+}
+
+TEST(TreeEngine, ReportsProgressAndStopsOnRequest) {
+  const KitStack kit = make_kit(small_tree_kit());
+  const EncodedStack stack = encode_kit(kit);
+  TreeOptions o = tree_only();
+  o.tile_width = 16, o.tile_height = 8;  // 3 x 5 tiles, so a stop leaves some of them
+  const std::int64_t trials = std::int64_t(kit.stack.width()) * kit.stack.height() * std::int64_t(kit.bank.size());
+  {
+    // A whole search ends on done == total.
+    OutputPolicy policy;
+    std::int64_t last_done = -1, last_total = -1;
+    policy.progress = [&](std::int64_t done, std::int64_t total) { last_done = done, last_total = total; };
+    run_tree(o, stack, kit.bank, policy);
+    EXPECT_EQ(last_total, trials);
+    EXPECT_EQ(last_done, trials);
+  }
+  {
+    // The first report asks for a stop: the search ends with Cancelled before finishing the tiles.
+    std::atomic<bool> stop{false};
+    OutputPolicy policy;
+    policy.stop = &stop;
+    std::int64_t first_done = -1;
+    policy.progress = [&](std::int64_t done, std::int64_t) {
+      if (first_done < 0) first_done = done;
+      stop = true;
+    };
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);  // one tile at a time, so the stop is seen before the next
+    EXPECT_THROW(run_tree(o, stack, kit.bank, policy), Cancelled);
+    omp_set_num_threads(threads);
+    EXPECT_GT(first_done, 0);
+    EXPECT_LT(first_done, trials);
+  }
 }
 
 TEST(TreeEngine, BadOptionsAreErrors) {

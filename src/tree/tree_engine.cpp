@@ -249,6 +249,15 @@ SearchResult TreeEngine::search(const SearchInput& in) {
     arena_floats = std::max(arena_floats, tree::stage_b_cost(plan, g, cut, run.fuse_root).arena_floats);
   stats_.tile_bytes = double(arena_floats) * sizeof(float);
 
+  // Progress counts the first pass's trials (a pass with a lowered screen, rare, repeats them).
+  ProgressCounter progress(in.policy.progress, stats_.trials);
+  const int velocities = int(bank.size());
+  // A stop request skips the remaining tiles and ends the search between passes and before the
+  // refinement (a pass with skipped tiles finds no hits, which must not lower the screen).
+  auto stop_if_requested = [&] {
+    if (in.policy.stop_requested()) throw Cancelled(name_ + ": search stopped on request");
+  };
+
   // One pass of the tree over the region with a given screen.
   double fill_seconds = 0;
   std::vector<std::int64_t> a_additions, a_entries;
@@ -299,10 +308,15 @@ SearchResult TreeEngine::search(const SearchInput& in) {
       {
         std::vector<float> arena(arena_floats);
 #pragma omp for schedule(dynamic, 1)
-        for (int t = first; t < last; ++t)
-          tree::run_tile(plan, cut, run.fuse_root, geometries[tiles[t].geometry], kept, c.copy, params, tiles[t].x0,
-                         tiles[t].y0, arena.data(), outputs[t]);
+        for (int t = first; t < last; ++t) {
+          if (in.policy.stop_requested()) continue;
+          const tree::Geometry& tile = geometries[tiles[t].geometry];
+          tree::run_tile(plan, cut, run.fuse_root, tile, kept, c.copy, params, tiles[t].x0, tiles[t].y0, arena.data(),
+                         outputs[t]);
+          progress.add(std::int64_t(tile.width) * tile.height * velocities);
+        }
       }
+      stop_if_requested();
     }
     // Only a copy covering the whole region stays valid for the next search (the storage of both
     // stays, as the cpu engine keeps its band: a search of the next stack reuses it).
@@ -357,6 +371,7 @@ SearchResult TreeEngine::search(const SearchInput& in) {
 
   auto finish = [&](const std::string& note) {
     tree::finish_result(result, in.policy, note);
+    progress.finish();
     return result;
   };
 
@@ -374,6 +389,7 @@ SearchResult TreeEngine::search(const SearchInput& in) {
   for (const tree::TileOutput& o : outputs)
     for (const tree::Hit& h : o.hits) seeds.push_back({h.x, h.y, h.velocity});
   const std::int64_t limit = tree::refine_limit(in.policy);
+  stop_if_requested();
   const std::vector<tree::ExactScore> exact = tree::refine(s, bank, r, seeds, floor, limit);
   stats_.refined = std::int64_t(exact.size());
   for (const tree::ExactScore& e : exact) tree::offer_exact_score(e, bank, in.policy, result);
