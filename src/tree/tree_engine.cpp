@@ -406,7 +406,7 @@ void register_tree_engines() {
                   "tree of signed partial sums over time segments (FDMT-like), a few additions per trial; "
                   "trials above a screen re-scored exactly (docs/tree-search.md)",
                   // The automatic CPU choice (above `cpu`'s 10, as `cuda-tree` is on GPUs): equal
-                  // completeness and false alarms in its studies, 8-56x `cpu` on realistic stacks,
+                  // completeness and false alarms in its studies, 6.5-56x `cpu` on realistic stacks,
                   // and `cpu` itself where the tree cannot represent the search or would not pay.
                   false, 15, [] { return std::make_unique<TreeEngine>(); }, nullptr};
   tree.digest_kind = DigestKind::refined;
