@@ -492,15 +492,13 @@ struct Runner {
             const int child = node.child[c];
             const int kx = node.axis[0].child_entry[c][a], ky = node.axis[1].child_entry[c][b];
             for (int g = 0; g < 2; ++g, ++k, ++slot) {
-              const PlanePair s = child_source(child, g, view[k], kx, ky, rx.child_offset[c][a], ry.child_offset[c][b]);
-              src.a[slot] = s.a, src.b[slot] = s.b, src.stride[slot] = s.stride;
+              src.source[slot] = child_source(child, g, view[k], kx, ky, rx.child_offset[c][a], ry.child_offset[c][b]);
             }
           } else {
-            const PlanePair s = child_source(0, c, view[k++], a, b);
-            src.a[slot] = s.a, src.b[slot] = s.b, src.stride[slot] = s.stride;
+            src.source[slot] = child_source(0, c, view[k++], a, b);
             ++slot;
             if (count == 4) {
-              src.a[slot] = src.b[slot] = zeros.data(), src.stride[slot] = 0;
+              src.source[slot] = {zeros.data(), zeros.data(), 0};
               ++slot;
             }
           }

@@ -25,6 +25,14 @@ namespace shiftstack::tree {
 constexpr int kBlock = 16;
 
 namespace {
+// x where the lane mask is all ones, +0 where it is zero. A bitwise and, not a float select:
+// GCC 12 vectorises two selects on one condition only where AVX-512 mask registers exist, and
+// left the AVX2 and baseline clones of the loops that use this scalar (the root's scoring ran
+// scalar on AVX2 machines until 28bafdc).
+__attribute__((always_inline)) inline float keep_if(float x, std::int32_t mask) {
+  return std::bit_cast<float>(std::bit_cast<std::int32_t>(x) & mask);
+}
+
 __attribute__((always_inline)) inline void add_rows(float* out, int out_stride, const float* a, int a_stride,
                                                     const float* b, int b_stride, int width, int rows) {
   const int whole = width / kBlock * kBlock;
@@ -101,14 +109,16 @@ __attribute__((always_inline)) inline void score_sources(const RootSources* sour
     int hit[kBlock] = {};
     int any = 0;
     for (int r = 0; r < rows; ++r) {
-      const float* __restrict x0 = src.a[0] + std::ptrdiff_t(r) * src.stride[0];
-      const float* __restrict x1 = src.a[1] + std::ptrdiff_t(r) * src.stride[1];
-      const float* __restrict y0 = src.b[0] + std::ptrdiff_t(r) * src.stride[0];
-      const float* __restrict y1 = src.b[1] + std::ptrdiff_t(r) * src.stride[1];
-      const float* __restrict x2 = N == 4 ? src.a[2] + std::ptrdiff_t(r) * src.stride[2] : nullptr;
-      const float* __restrict x3 = N == 4 ? src.a[3] + std::ptrdiff_t(r) * src.stride[3] : nullptr;
-      const float* __restrict y2 = N == 4 ? src.b[2] + std::ptrdiff_t(r) * src.stride[2] : nullptr;
-      const float* __restrict y3 = N == 4 ? src.b[3] + std::ptrdiff_t(r) * src.stride[3] : nullptr;
+      auto row_a = [&](int s) { return src.source[s].a + std::ptrdiff_t(r) * src.source[s].stride; };
+      auto row_b = [&](int s) { return src.source[s].b + std::ptrdiff_t(r) * src.source[s].stride; };
+      const float* __restrict x0 = row_a(0);
+      const float* __restrict x1 = row_a(1);
+      const float* __restrict y0 = row_b(0);
+      const float* __restrict y1 = row_b(1);
+      const float* __restrict x2 = N == 4 ? row_a(2) : nullptr;
+      const float* __restrict x3 = N == 4 ? row_a(3) : nullptr;
+      const float* __restrict y2 = N == 4 ? row_b(2) : nullptr;
+      const float* __restrict y3 = N == 4 ? row_b(3) : nullptr;
       auto channel_a = [&](int i) { return N == 4 ? (x0[i] + x1[i]) + (x2[i] + x3[i]) : x0[i] + x1[i]; };
       auto channel_b = [&](int i) { return N == 4 ? (y0[i] + y1[i]) + (y2[i] + y3[i]) : y0[i] + y1[i]; };
       if (width < kBlock) {
@@ -130,13 +140,9 @@ __attribute__((always_inline)) inline void score_sources(const RootSources* sour
         for (int l = 0; l < kBlock; ++l) {
           const float A = channel_a(i + l), B = channel_b(i + l);
           const float q = A * std::fabs(A);
-          // All-ones / zero lane masks, applied with a bitwise and: GCC 12 vectorises this for
-          // AVX2 and the baseline too, while two float selects on one condition stay scalar
-          // there (only AVX-512's mask registers took them), which left AVX2 machines' root
-          // scoring scalar.
-          const std::int32_t valid = (B > 0 ? -1 : 0) & (float(l) >= first_new ? -1 : 0);
-          sa[l] += std::bit_cast<float>(std::bit_cast<std::int32_t>(A) & valid);
-          sb[l] += std::bit_cast<float>(std::bit_cast<std::int32_t>(B) & valid);
+          const std::int32_t valid = (B > 0 ? -1 : 0) & (float(l) >= first_new ? -1 : 0);  // lane masks
+          sa[l] += keep_if(A, valid);
+          sb[l] += keep_if(B, valid);
           n_scored[l] -= valid;
           if (want_count) n_count[l] -= valid & (q > cz * B ? -1 : 0);
           hit[l] |= valid & (q > sz * B ? -1 : 0);
@@ -196,9 +202,9 @@ TREE_KERNEL void clean_fp32_row(const float* pairs, int n, float psi_weight, flo
 #pragma omp simd
   for (int i = 0; i < n; ++i) {
     const float p = pairs[2 * i], f = pairs[2 * i + 1];
-    const std::int32_t valid = f > 0 ? -1 : 0;  // a mask, not two selects: see score_sources
-    psi[i] = std::bit_cast<float>(std::bit_cast<std::int32_t>(psi_weight * p) & valid);
-    phi[i] = std::bit_cast<float>(std::bit_cast<std::int32_t>(phi_weight * f) & valid);
+    const std::int32_t valid = f > 0 ? -1 : 0;
+    psi[i] = keep_if(psi_weight * p, valid);
+    phi[i] = keep_if(phi_weight * f, valid);
   }
 }
 

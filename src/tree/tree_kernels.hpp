@@ -27,27 +27,25 @@ struct ZTest {
 ZTest z_test(double z);
 inline bool passes(float A, float B, ZTest t) { return A * (A < 0 ? -A : A) > t.signed_square * B; }
 
-// Root velocities over a tile of origins: for velocity k, A = a[0] + a[1] and B = b[0] + b[1]
-// per origin, or with four sources (the root formed from its grandchildren) A = (a[0] + a[1]) +
-// (a[2] + a[3]), the same for B (rows `stride[i]` floats apart in source i; a stride of 0 repeats
-// one row). Adds A and B over scored trials (B > 0) to `out`, counts them and (when want_count)
-// those passing `count_test`; hit[k] says whether some trial of velocity k passes `screen` (rare:
-// the caller then lists them).
+// Root velocities over a tile of origins: for velocity k, A = a0 + a1 and B = b0 + b1 per origin
+// (source[i].a, source[i].b), or with four sources (the root formed from its grandchildren)
+// A = (a0 + a1) + (a2 + a3), the same for B (rows `source[i].stride` floats apart; a stride of 0
+// repeats one row). Adds A and B over scored trials (B > 0) to `out`, counts them and (when
+// want_count) those passing `count_test`; hit[k] says whether some trial of velocity k passes
+// `screen` (rare: the caller then lists them).
 struct TileScore {
   double sumA = 0, sumB = 0;
   std::int64_t scored = 0, count = 0;
 };
 struct RootSources {
-  const float* a[4];
-  const float* b[4];
-  int stride[4];
+  PlanePair source[4];
   // The root's A and B at row r, column i, in the kernel's arithmetic.
-  float A(int sources, int r, int i) const { return sum(a, sources, r, i); }
-  float B(int sources, int r, int i) const { return sum(b, sources, r, i); }
+  float A(int sources, int r, int i) const { return sum(&PlanePair::a, sources, r, i); }
+  float B(int sources, int r, int i) const { return sum(&PlanePair::b, sources, r, i); }
 
  private:
-  float sum(const float* const* p, int sources, int r, int i) const {
-    auto at = [&](int s) { return p[s][std::ptrdiff_t(r) * stride[s] + i]; };
+  float sum(const float* PlanePair::*plane, int sources, int r, int i) const {
+    auto at = [&](int s) { return (source[s].*plane)[std::ptrdiff_t(r) * source[s].stride + i]; };
     return sources == 2 ? at(0) + at(1) : (at(0) + at(1)) + (at(2) + at(3));
   }
 };
