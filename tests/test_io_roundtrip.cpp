@@ -181,9 +181,9 @@ TEST(IoRoundTrip, SearchFromFilesEqualsSearchInMemory) {
     const DigestComparison cmp = compare(direct.digest, mem.digest, DigestTolerance::fp32());
     EXPECT_TRUE(cmp.agrees) << (cmp.failures.empty() ? "" : cmp.failures.front());
   } else {
-    // The automatic CPU engine is cpu-tree: its sums are the tree's, within the bounds its
-    // positions put on them (the parity suite's rule); maxZ, its trial and the count are exact
-    // re-scores.
+    // The automatic choice took a tree engine (cpu-tree where its cost model expects it to pay):
+    // its sums are the tree's, within the bounds its positions put on them (the parity suite's
+    // rule); maxZ, its trial and the count are exact re-scores.
     ASSERT_EQ(info->digest_kind, DigestKind::refined) << mem.engine;
     const TreeDigestBounds bound = tree_digest_bounds(encoded, kit.bank, {});
     EXPECT_LE(std::abs(mem.digest.sumA - direct.digest.sumA), bound.sumA);
@@ -195,6 +195,41 @@ TEST(IoRoundTrip, SearchFromFilesEqualsSearchInMemory) {
     EXPECT_EQ(mem.digest.count, direct.digest.count);
   }
   EXPECT_NEAR(double(direct.candidates.size()), double(mem.threshold_crossings), 2.0);
+}
+
+// engine auto on CPUs: cpu-tree where its schedule's modelled cost beats the cpu engine's by the
+// margin the choice asks, cpu otherwise, and the search stage's detail says which was passed over.
+TEST(IoRoundTrip, AutomaticEngineIsTheOneModelledFaster) {
+  auto search_detail = [](const RunOutput& run) {
+    for (const StageTime& s : run.stages)
+      if (s.name == "search") return s.detail;
+    return std::string("no search stage");
+  };
+  auto run_kit = [](const KitOptions& o) {
+    const KitStack kit = make_kit(o);
+    LoadedStack memory;
+    memory.stack = kit.stack;
+    for (int e = 0; e < kit.stack.size(); ++e) {
+      memory.curve_x.push_back(kit.bank.curve_at_x(e));
+      memory.curve_y.push_back(kit.bank.curve_at_y(e));
+    }
+    return run_search(config_for(kit), memory, RunOptions{});
+  };
+  // Few exposures on a small image: modelled about as fast as cpu, so cpu runs.
+  KitOptions small = workload("ci");
+  small.exposures = 16;
+  small.width = small.height = 80;
+  small.vx_count = small.vy_count = 13;
+  small.velocity_displacement = 10;
+  const RunOutput few = run_kit(small);
+  EXPECT_EQ(few.engine, "cpu");
+  EXPECT_NE(search_detail(few).find("auto passed over cpu-tree: modelled"), std::string::npos) << search_detail(few);
+  // A hundred exposures over five nights and a fine bank: the tree pays many times over.
+  KitOptions nights = workload("nights");
+  nights.width = nights.height = 64;
+  const RunOutput many = run_kit(nights);
+  EXPECT_EQ(many.engine, "cpu-tree");
+  EXPECT_EQ(search_detail(many).find("passed over"), std::string::npos) << search_detail(many);
 }
 
 TEST(IoRoundTrip, InjectedSourceIsOneRowOfTheResultsTable) {

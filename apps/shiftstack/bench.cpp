@@ -229,6 +229,7 @@ nlohmann::json tree_record(const TreeEngine& engine) {
           {"tile_bytes", t.tile_bytes},
           {"bands", t.bands},
           {"band_bytes", t.band_bytes},
+          {"modelled_cost_per_trial", t.modelled_cost_per_trial},
           {"seconds_fill", t.seconds_fill},
           {"seconds_tree", t.seconds_tree},
           {"seconds_stage_a", t.seconds_stage_a},
@@ -242,11 +243,12 @@ void print_tree_record(const nlohmann::json& t) {
   }
   std::printf("  tree: %.3f additions per trial per channel (levels:", t["additions_per_trial"].get<double>());
   for (const auto& l : t["levels"]) std::printf(" %.3f", l["additions_per_trial"].get<double>());
-  std::printf("), %lld nodes, depth %d, cut at level %d%s, tiles %dx%d (%.1f MB each), %d band(s) of %.0f MB\n",
+  std::printf("), %lld nodes, depth %d, cut at level %d%s, tiles %dx%d (%.1f MB each), %d band(s) of %.0f MB, "
+              "modelled cost %.4g per trial\n",
               (long long)t["nodes"].get<std::int64_t>(), t["depth"].get<int>(), t["cut_level"].get<int>(),
               t.value("fused_root", false) ? ", root fused" : "", t["tile"][0].get<int>(),
               t["tile"][1].get<int>(), t["tile_bytes"].get<double>() / 1e6, t["bands"].get<int>(),
-              t["band_bytes"].get<double>() / 1e6);
+              t["band_bytes"].get<double>() / 1e6, t["modelled_cost_per_trial"].get<double>());
   std::printf("  tree: screen z > %.3f: %lld trials, %lld re-scored exactly; last run: copy %.3f s, tree %.3f s "
               "(band-wide part %.3f s), refinement %.3f s\n",
               t["z_screen"].get<double>(), (long long)t["screened"].get<std::int64_t>(),

@@ -77,6 +77,10 @@ class Engine {
   virtual std::string name() const = 0;
   // Empty when the engine computes this input exactly; otherwise why it cannot.
   virtual std::string unsupported_reason(const SearchInput& input) const = 0;
+  // Empty unless the engine, though it can run this input, expects an engine of lower
+  // preference to be faster on it (its cost model); then why. The automatic choice passes such
+  // an engine over; a search that names it runs it.
+  virtual std::string slower_reason(const SearchInput&) const { return {}; }
   virtual SearchResult search(const SearchInput& input) = 0;
 };
 

@@ -75,6 +75,9 @@ struct TreeStats {
   int screen_passes = 0;  // extra passes with a lower screen when nothing passed the first
   double tile_bytes = 0;  // largest per-thread working set of one tile
   double band_bytes = 0;  // padded copy of the stack plus the band-wide maps (largest band)
+  // The schedule's modelled cost per trial, in the cost model's units (one 16-pixel map vector
+  // formed from two sources; docs/tree-search.md section 5).
+  double modelled_cost_per_trial = 0;
   double seconds_fill = 0, seconds_tree = 0, seconds_refine = 0;
   double seconds_stage_a = 0;  // the band-wide part of seconds_tree (last pass)
   int depth = 0;
@@ -87,6 +90,9 @@ class TreeEngine final : public Engine {
   ~TreeEngine() override;
   std::string name() const override { return name_; }
   std::string unsupported_reason(const SearchInput& input) const override;
+  // The schedule's modelled cost against the exhaustive `cpu` engine's (docs/tree-search.md
+  // section 9): small images and few exposures can make the tree the slower of the two.
+  std::string slower_reason(const SearchInput& input) const override;
   SearchResult search(const SearchInput& input) override;
   const TreeStats& last_stats() const { return stats_; }
   const TreeOptions& options() const { return options_; }

@@ -35,6 +35,21 @@ ExactTrialSums exact_integer_trial(const EncodedStack& s, const std::vector<doub
   return t;
 }
 
+void exact_integer_trials(const EncodedStack& s, const int* const* shift_x, const int* const* shift_y,
+                          const int* x, const int* y, int n, ExactTrialSums* out) {
+  for (int t = 0; t < n; ++t) out[t] = ExactTrialSums{};
+  for (int e = 0; e < s.exposures; ++e)
+    for (int t = 0; t < n; ++t) {
+      const int px = x[t] + shift_x[t][e], py = y[t] + shift_y[t][e];
+      if (px < 0 || py < 0 || px >= s.width || py >= s.height) continue;
+      const DecodedSample d = sample(s, e, std::size_t(py) * s.width + px);
+      if (!d.valid) continue;
+      out[t].A += d.psi;
+      out[t].B += d.phi;
+      ++out[t].obs;
+    }
+}
+
 // B = sum_ij w_i w_j Cov(psi_i, psi_j) over the valid corners, neighbouring pairs from the
 // covariance planes.
 ExactTrialSums exact_bilinear_trial(const EncodedStack& s, const std::vector<double>& sx,

@@ -18,6 +18,14 @@ struct ExactTrialSums {
 ExactTrialSums exact_integer_trial(const EncodedStack& stack, const std::vector<double>& sx,
                                    const std::vector<double>& sy, int x, int y);
 
+// Integer mode for a group of n trials, exposure by exposure: trial t samples exposure e at
+// (x[t] + shift_x[t][e], y[t] + shift_y[t][e]), the shifts already rounded (round_shift). Each
+// trial's sums are exact_integer_trial()'s, bit for bit (the same samples added in the same
+// order); neighbouring trials, as a refinement scores them, share the cache lines of each
+// exposure instead of each trial walking the whole stack (a cache miss per sample on `dense`).
+void exact_integer_trials(const EncodedStack& stack, const int* const* shift_x, const int* const* shift_y,
+                          const int* x, const int* y, int n, ExactTrialSums* out);
+
 // Fractional mode: bilinear A over the valid corners and B its exact variance from the
 // covariance planes (SPEC 2).
 ExactTrialSums exact_bilinear_trial(const EncodedStack& stack, const std::vector<double>& sx,

@@ -22,7 +22,11 @@ std::string format(const char* pattern, double value) {
   return text;
 }
 
-std::unique_ptr<Engine> choose_engine(const std::string& requested, bool cpu_only, const SearchInput& input) {
+// "auto": the most preferred available engine that can run the input, passing over one that
+// models itself slower here than a less preferred one (unless none of those can run it).
+// `note` says which engines were passed over, and why.
+std::unique_ptr<Engine> choose_engine(const std::string& requested, bool cpu_only, const SearchInput& input,
+                                      std::string& note) {
   if (requested != "auto") return make_engine(requested);
   std::vector<const EngineInfo*> order;
   for (const auto& e : engines())
@@ -30,12 +34,25 @@ std::unique_ptr<Engine> choose_engine(const std::string& requested, bool cpu_onl
   std::stable_sort(order.begin(), order.end(),
                    [](const EngineInfo* a, const EngineInfo* b) { return a->preference > b->preference; });
   std::string reasons;
+  std::unique_ptr<Engine> passed_over;
   for (const EngineInfo* e : order) {
     auto engine = e->make();
     const std::string why = engine->unsupported_reason(input);
-    if (why.empty()) return engine;
-    reasons += "; " + e->name + ": " + why;
+    if (!why.empty()) {
+      reasons += "; " + e->name + ": " + why;
+      continue;
+    }
+    if (!passed_over) {
+      const std::string slower = engine->slower_reason(input);
+      if (!slower.empty()) {
+        note += "; auto passed over " + e->name + ": " + slower;
+        passed_over = std::move(engine);
+        continue;
+      }
+    }
+    return engine;
   }
+  if (passed_over) return passed_over;
   throw Error("no available engine can run this search" + reasons);
 }
 
@@ -216,15 +233,15 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
   const SearchInput probe{&cube, &bank, resolve(region, cube.width, cube.height), policy};
   // The stage has begun (engines that report progress say more as they go).
   if (progress) progress(0, probe.region.count() * std::int64_t(bank.size()));
-  auto engine = choose_engine(requested.empty() ? config.engine : requested, config.cpu_only, probe);
   std::string note;
+  auto engine = choose_engine(requested.empty() ? config.engine : requested, config.cpu_only, probe, note);
   const EngineInfo* info = find_engine(engine->name());
   const bool reads_device_cube = info != nullptr && info->reads_device_cube;
 #ifdef SHIFTSTACK_HAVE_CUDA
   // The other engines read the host payload: fetch the device cube for them.
   if (cube_on_gpu && !reads_device_cube) {
     cuda::download_device_cube(*encoded.stack);
-    note = " (cube fetched from the GPU)";
+    note += " (cube fetched from the GPU)";
   }
 #else
   (void)cube_on_gpu;
@@ -241,7 +258,7 @@ SearchStage search_stage(const SearchConfig& config, const std::string& requeste
     // Every device uploads its band from the host copy.
     if (cube_on_gpu && reads_device_cube) {
       cuda::download_device_cube(*encoded.stack);
-      note = " (cube fetched from the GPU)";
+      note += " (cube fetched from the GPU)";
     }
 #endif
     DeviceSplit split{out.devices, {}, false};

@@ -45,6 +45,14 @@ std::vector<int> tile_lengths(const int (&choices)[N], int region_length, int fi
 // 512 KB costs about a third more per fourfold growth (1.36 at 2 MB, 1.72 at 8 MB).
 constexpr double kRootTwoSources = 0.9, kRootFourSources = 1.5;
 constexpr double kBandWide = 3.6, kKeptRead = 2.0, kCopy = 6.0;
+// The exhaustive cpu engine's cost per paired sample in the same units, and the modelled gain
+// the automatic choice asks of the tree before preferring it (the model leaves out a search's
+// fixed costs, which decide small searches). Measured on a Zen 3 VM (AVX2, 2 threads):
+// 0.030-0.049 units per sample (`ci` at 512 x 512, `deep`, `dense`); the lower is taken, which
+// favours cpu. Modelled against measured gains (docs/tree-search.md section 9): `ci` 1.08
+// (measured 0.65 at 128 x 128, 1.13 at 512 x 512), `deep` 7.6 (8.1), `kbmod` 22 (13), `dense`
+// 51 (41-56).
+constexpr double kCpuPairedSample = 0.030, kAutoGain = 1.5;
 double cache_factor(double bytes) {
   constexpr double kResident = 512.0 * 1024;
   return bytes <= kResident ? 1.0 : 1.0 + 0.18 * std::log2(bytes / kResident);
@@ -75,15 +83,45 @@ double sum(const std::vector<std::int64_t>& v) {
 // keep every thread busy.
 Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOptions& o, int exposures, int threads) {
   const double tile_budget = o.tile_budget_bytes / sizeof(float);
+  const tree::PlanShapes shapes = tree::plan_shapes(plan);
   std::vector<tree::Geometry> tiles;
   for (int w : tile_lengths(kTileWidths, r.width, o.tile_width))
-    for (int h : tile_lengths(kTileHeights, r.height, o.tile_height)) tiles.push_back(tree::make_geometry(plan, w, h));
-  std::vector<std::pair<int, tree::Geometry>> bands;  // by band rows
-  auto band_geometry = [&](int rows) -> const tree::Geometry& {
-    for (const auto& [n, g] : bands)
-      if (n == rows) return g;
-    bands.emplace_back(rows, tree::make_geometry(plan, r.width, rows));
-    return bands.back().second;
+    for (int h : tile_lengths(kTileHeights, r.height, o.tile_height)) tiles.push_back(tree::make_geometry(plan, shapes, w, h, true));
+  // A band's cost depends on its rows (and, for stage A, the cut level) only: many tiles share
+  // one, so each is computed once.
+  struct BandCost {
+    int rows = 0;
+    double bytes = 0, a_additions = 0, a_vectors = 0, copy_vectors = 0;
+  };
+  std::vector<std::pair<int, tree::Geometry>> band_geometries;  // by rows held
+  std::vector<std::pair<int, tree::ReadRange>> band_ranges;     // by rows held
+  std::vector<BandCost> level_bands;                            // this level's, by rows
+  auto band_cost = [&](int rows, const std::vector<char>& cut) -> const BandCost& {
+    for (const BandCost& b : level_bands)
+      if (b.rows == rows) return b;
+    const int held = std::min(rows, r.height);
+    const tree::Geometry* band = nullptr;
+    for (const auto& [n, g] : band_geometries)
+      if (n == held) band = &g;
+    if (!band) {
+      band_geometries.emplace_back(held, tree::make_geometry(plan, shapes, r.width, held, true));
+      band = &band_geometries.back().second;
+      band_ranges.emplace_back(held, tree::band_reads(plan, tree::make_geometry(plan, shapes, r.width, held, false)));
+    }
+    tree::ReadRange reads;
+    for (const auto& [n, range] : band_ranges)
+      if (n == held) reads = range;
+    const tree::StageCost a = tree::stage_a_cost(plan, *band, cut);
+    const double pixels = double(reads.hi[0] - reads.lo[0]) * double(reads.hi[1] - reads.lo[1]);
+    const double origins = double(r.width) * held;
+    BandCost b;
+    b.rows = rows;
+    b.bytes = 8.0 * exposures * pixels + 4.0 * double(a.kept_floats);
+    b.a_additions = sum(a.additions) / origins;
+    b.a_vectors = double(a.vectors) / origins;
+    b.copy_vectors = exposures * pixels / 16.0 / origins;
+    level_bands.push_back(b);
+    return level_bands.back();
   };
   Schedule best;
   bool have = false, best_busy = false;
@@ -92,29 +130,26 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
   const int last_level = o.cut_level > 0 ? first_level : plan.depth + 1;
   for (int level = first_level; level <= last_level; ++level) {
     const std::vector<char> cut = tree::cut_nodes(plan, level);
+    level_bands.clear();
+    const bool fusable = tree::root_fusable(plan, cut);
     for (const tree::Geometry& t : tiles) {
       // Bands: whole tile rows; halve until the copy and the kept maps fit.
       int rows = (r.height + t.height - 1) / t.height * t.height;
-      double bytes = 0, a_additions = 0, a_vectors = 0, copy_vectors = 0;
+      BandCost band;
       for (;;) {
-        const int held = std::min(rows, r.height);
-        const tree::Geometry& band = band_geometry(held);
-        const tree::StageCost a = tree::stage_a_cost(plan, band, cut);
-        const tree::ReadRange reads = tree::band_reads(plan, band);
-        const double pixels = double(reads.hi[0] - reads.lo[0]) * double(reads.hi[1] - reads.lo[1]);
-        const double origins = double(r.width) * held;
-        bytes = 8.0 * exposures * pixels + 4.0 * double(a.kept_floats);
-        a_additions = sum(a.additions) / origins;
-        a_vectors = double(a.vectors) / origins;
-        copy_vectors = exposures * pixels / 16.0 / origins;
-        if (bytes <= o.band_budget_bytes || rows <= t.height) break;
+        band = band_cost(rows, cut);
+        if (band.bytes <= o.band_budget_bytes || rows <= t.height) break;
         rows = std::max(t.height, (rows / 2) / t.height * t.height);
       }
+      const double origins = double(t.width) * t.height;
+      // The unfused stage B: a schedule of its own, and the fallback rule's measure of the tree's
+      // own sums, each made once, for the fused one too.
+      const tree::StageCost unfused = tree::stage_b_cost(plan, t, cut, false);
+      const double shared = sum(unfused.additions) / origins + band.a_additions;
       for (const bool fuse : {false, true}) {
-        if (fuse && (o.fuse_root == 0 || !tree::root_fusable(plan, cut))) continue;
-        if (!fuse && o.fuse_root == 1 && tree::root_fusable(plan, cut)) continue;
-        const tree::StageCost b = tree::stage_b_cost(plan, t, cut, fuse);
-        const double origins = double(t.width) * t.height;
+        if (fuse && (o.fuse_root == 0 || !fusable)) continue;
+        if (!fuse && o.fuse_root == 1 && fusable) continue;
+        const tree::StageCost b = fuse ? tree::stage_b_cost(plan, t, cut, true) : unfused;
         const double b_additions = sum(b.additions) / origins;
         // Root trials are scored (the fused root's level-1 sums among them); the rest are formed.
         const double root = double(b.root_vectors) / origins;
@@ -122,13 +157,12 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
         // depends on the working set, while forming maps does.
         const double cost = root * (fuse ? kRootFourSources : kRootTwoSources) +
                             double(b.vectors) / origins * cache_factor(4.0 * double(b.arena_floats)) +
-                            double(b.kept_reads) / origins * kKeptRead + a_vectors * kBandWide + copy_vectors * kCopy;
-        // The fallback rule judges the tree's own sums, each made once: unfused.
-        const double shared =
-            fuse ? sum(tree::stage_b_cost(plan, t, cut, false).additions) / origins + a_additions : b_additions + a_additions;
-        Schedule s{level, cut, fuse, t.width, t.height, rows, b_additions + a_additions, shared, cost, b.arena_floats, bytes};
+                            double(b.kept_reads) / origins * kKeptRead + band.a_vectors * kBandWide +
+                            band.copy_vectors * kCopy;
+        Schedule s{level, cut, fuse, t.width, t.height, rows, b_additions + band.a_additions, shared, cost,
+                   b.arena_floats, band.bytes};
         if (fallback.tile_width == 0 || s.tile_floats < fallback.tile_floats) fallback = s;
-        if (double(s.tile_floats) > tile_budget || bytes > o.band_budget_bytes) continue;
+        if (double(s.tile_floats) > tile_budget || band.bytes > o.band_budget_bytes) continue;
         const std::int64_t count =
             std::int64_t((r.width + t.width - 1) / t.width) * ((r.height + t.height - 1) / t.height);
         const bool busy = count >= 2 * threads;
@@ -177,6 +211,24 @@ std::string TreeEngine::unsupported_reason(const SearchInput&) const {
   return {};  // what the tree cannot represent runs on the exhaustive `cpu` engine instead
 }
 
+std::string TreeEngine::slower_reason(const SearchInput& in) const {
+  const EncodedStack& s = *in.stack;
+  const MotionBank& bank = *in.bank;
+  // Inputs the tree cannot represent run the cpu engine anyway, and the search says why.
+  if (!bank.is_cartesian() || in.policy.top_k > 0 || s.exposures < 2) return {};
+  const tree::Plan plan = tree::make_plan(bank, {options_.oversample, options_.child_reach});
+  if (plan.nodes[0].leaf()) return {};
+  const Schedule run = choose_schedule(plan, in.region, options_, s.exposures, omp_get_max_threads());
+  const double tree_per_trial = run.cost / double(bank.size());
+  const double cpu_per_trial = kCpuPairedSample * s.exposures;
+  const double gain = cpu_per_trial / tree_per_trial;
+  if (gain >= kAutoGain) return {};
+  char why[200];
+  std::snprintf(why, sizeof why, "modelled %.2g times as fast as the cpu engine here (E = %d, %lld origins), below %.2g",
+                gain, s.exposures, static_cast<long long>(in.region.count()), kAutoGain);
+  return why;
+}
+
 SearchResult TreeEngine::search(const SearchInput& in) {
   const EncodedStack& s = *in.stack;
   const MotionBank& bank = *in.bank;
@@ -215,6 +267,7 @@ SearchResult TreeEngine::search(const SearchInput& in) {
   stats_.tile_height = run.tile_height;
   stats_.cut_level = run.cut_level;
   stats_.fused_root = run.fuse_root;
+  stats_.modelled_cost_per_trial = run.cost / double(bank.size());
 
   // Thresholds. The flood floor is the lowest score anything is reported at; the screen lies
   // screen_margin below it (docs/tree-search.md). Unrefined, the screen lists the trials the
@@ -306,7 +359,8 @@ SearchResult TreeEngine::search(const SearchInput& in) {
       const int first = first_row * nx, last = (last_row + 1) * nx;
 #pragma omp parallel
       {
-        std::vector<float> arena(arena_floats);
+        LargeBuffer<float> arena;  // every map is written before it is read
+        arena.resize_uninitialised(arena_floats);
 #pragma omp for schedule(dynamic, 1)
         for (int t = first; t < last; ++t) {
           if (in.policy.stop_requested()) continue;

@@ -71,11 +71,9 @@ namespace {
 // 16-float blocks per row of a map (rows narrower than a block run as one scalar pass).
 std::int64_t row_blocks(int length) { return std::max<std::int64_t>(1, (length + 15) / 16); }
 
-std::int64_t entries_of(const Geometry& g, int index) {
-  return std::int64_t(g.node[index][0].used.size()) * g.node[index][1].used.size();
-}
+std::int64_t entries_of(const Geometry& g, int index) { return g.node_entries[index]; }
 std::int64_t area_of(const Geometry& g, int index) {
-  return std::int64_t(g.node[index][0].length) * g.node[index][1].length;
+  return std::int64_t(g.node_length[index][0]) * g.node_length[index][1];
 }
 
 // Floats a node's subtree needs from its own maps upward when formed in one area: its maps
@@ -106,11 +104,12 @@ void count_subtree(const Plan& plan, const Geometry& g, const std::vector<char>&
     cost.entries[node.level] += entries;
     cost.additions[node.level] += entries * area * (node.leaf() ? node.count - 1 : 1);
     if (index != 0) {
-      const std::int64_t rows = g.node[index][1].length;
-      cost.vectors += entries * rows * row_blocks(g.node[index][0].length) * (node.leaf() ? node.count : 1);
+      const std::int64_t rows = g.node_length[index][1];
+      cost.vectors += entries * rows * row_blocks(g.node_length[index][0]) * (node.leaf() ? node.count : 1);
     }
   }
   if (node.leaf()) {
+    if (!cost.track_reads) return;
     for (int a = 0; a < 2; ++a) {
       const AxisGeometry& ag = g.node[index][a];
       for (int j : ag.used)
@@ -128,26 +127,42 @@ void count_subtree(const Plan& plan, const Geometry& g, const std::vector<char>&
     if (!(stop_at_cut && cut[child])) {
       count_subtree(plan, g, cut, child, stop_at_cut, cost);
     } else if (index != 0) {
-      cost.kept_reads += entries * g.node[index][1].length * row_blocks(g.node[index][0].length);
+      cost.kept_reads += entries * g.node_length[index][1] * row_blocks(g.node_length[index][0]);
     }
   }
 }
 
 }  // namespace
 
+PlanShapes plan_shapes(const Plan& plan) { return {{axis_geometry(plan, 0, 0), axis_geometry(plan, 1, 0)}}; }
+
 Geometry make_geometry(const Plan& plan, int width, int height) {
+  return make_geometry(plan, plan_shapes(plan), width, height, false);
+}
+
+Geometry make_geometry(const Plan& plan, const PlanShapes& shapes, int width, int height, bool lengths_only) {
   require(width > 0 && height > 0, "tree: tile size must be positive");
   Geometry geo;
   geo.width = width;
   geo.height = height;
-  const std::vector<AxisGeometry> gx = axis_geometry(plan, 0, width), gy = axis_geometry(plan, 1, height);
+  geo.lengths_only = lengths_only;
   const std::size_t N = plan.nodes.size();
-  geo.node.resize(N);
+  if (!lengths_only) geo.node.resize(N);
+  geo.node_length.resize(N);
+  geo.node_entries.resize(N);
   geo.node_floats.assign(N, 0);
   for (std::size_t i = 0; i < N; ++i) {
-    geo.node[i] = {gx[i], gy[i]};
+    const AxisGeometry &x = shapes.axis[0][i], &y = shapes.axis[1][i];
+    geo.node_length[i] = {x.length + width, y.length + height};
+    if (!lengths_only) {
+      geo.node[i] = {x, y};
+      geo.node[i][0].length = geo.node_length[i][0];
+      geo.node[i][1].length = geo.node_length[i][1];
+    }
+    geo.node_entries[i] = std::int64_t(x.used.size()) * std::int64_t(y.used.size());
     if (!read_in_place(plan, int(i))) geo.node_floats[i] = std::size_t(2 * entries_of(geo, int(i)) * area_of(geo, int(i)));
   }
+  if (lengths_only) return geo;
   for (std::size_t i = 0; i < N; ++i) {
     const Node& node = plan.nodes[i];
     if (node.leaf()) continue;
@@ -250,6 +265,8 @@ ReadRange band_reads(const Plan& plan, const Geometry& band) {
   StageCost c;
   c.additions.assign(plan.depth + 1, 0);
   c.entries.assign(plan.depth + 1, 0);
+  require(!band.lengths_only, "tree: internal: band_reads needs the axes' shapes");
+  c.track_reads = true;
   count_subtree(plan, band, std::vector<char>(plan.nodes.size(), 0), 0, false, c);
   ReadRange r;
   r.lo = c.read_lo;
@@ -260,7 +277,7 @@ ReadRange band_reads(const Plan& plan, const Geometry& band) {
 void fill_band(const EncodedStack& s, Band& band) {
   const int E = s.exposures, W = s.width, H = s.height;
   band.exposures = E;
-  band.data.resize(2 * std::size_t(E) * band.plane());  // every sample is written below
+  band.data.resize_uninitialised(2 * std::size_t(E) * band.plane());  // every sample is written below
   const std::size_t plane = s.plane_size();
   const int c_lo = std::max(0, -band.x0), c_hi = std::min(band.cols, W - band.x0);
   std::int64_t exception_codes = 0;
@@ -530,6 +547,7 @@ struct Runner {
 void run_stage_a(const Plan& plan, const std::vector<char>& cut, const Band& exposures, Kept& kept,
                  std::vector<std::int64_t>& additions, std::vector<std::int64_t>& entries) {
   const Geometry& g = *kept.geometry;
+  require(!g.lengths_only, "tree: internal: stage A needs the full geometry");
   std::vector<int> nodes;
   kept.offset.assign(plan.nodes.size(), 0);
   std::size_t total = 0, arena = 0;
@@ -540,12 +558,13 @@ void run_stage_a(const Plan& plan, const std::vector<char>& cut, const Band& exp
       total += g.node_floats[i];
       arena = std::max(arena, subtree_floats(plan, g, cut, int(i), false, false));
     }
-  kept.data.resize(total);  // every float is written by its node below
+  kept.data.resize_uninitialised(total);  // every float is written by its node below
   const int levels = plan.depth + 1;
   std::vector<std::vector<std::int64_t>> add(nodes.size(), std::vector<std::int64_t>(levels, 0)), ent = add;
 #pragma omp parallel
   {
-    std::vector<float> scratch(arena);
+    LargeBuffer<float> scratch;  // every map is written before it is read
+    scratch.resize_uninitialised(arena);
 #pragma omp for schedule(dynamic, 1)
     for (int k = 0; k < int(nodes.size()); ++k) {
       Runner run{plan, cut, g, kept.x0, kept.y0, &exposures, nullptr, add[k], ent[k]};
@@ -561,6 +580,7 @@ void run_stage_a(const Plan& plan, const std::vector<char>& cut, const Band& exp
 
 void run_tile(const Plan& plan, const std::vector<char>& cut, bool fuse_root, const Geometry& tile, const Kept& kept,
               const Band& exposures, const StreamParams& params, int x0, int y0, float* arena, TileOutput& out) {
+  require(!tile.lengths_only, "tree: internal: a tile needs the full geometry");
   out.additions.assign(plan.depth + 1, 0);
   out.entries.assign(plan.depth + 1, 0);
   Runner run{plan, cut, tile, x0, y0, &exposures, &kept, out.additions, out.entries};

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/large_buffer.hpp"
 #include "shiftstack/encoding.hpp"
 #include "tree/tree_kernels.hpp"
 #include "tree/tree_plan.hpp"
@@ -43,9 +44,23 @@ bool read_in_place(const Plan& plan, int index);
 struct Geometry {
   int width = 0, height = 0;
   std::vector<std::array<AxisGeometry, 2>> node;  // per plan node
+  std::vector<std::array<int, 2>> node_length;    // the maps' lengths along x, y (node[i][a].length)
+  std::vector<std::int64_t> node_entries;         // a node's velocities (both axes' `used`)
   std::vector<std::size_t> node_floats;           // all of a node's maps (A and B planes)
+  // Only the lengths, entries and floats (the schedule search's cost functions, never the
+  // executor): `node` is left empty.
+  bool lengths_only = false;
 };
+// Every node's axis shapes over an area of length 0: an area's are these with its length added
+// to each `length` (the velocities used and their starts do not depend on it).
+struct PlanShapes {
+  std::array<std::vector<AxisGeometry>, 2> axis;
+};
+PlanShapes plan_shapes(const Plan& plan);
 Geometry make_geometry(const Plan& plan, int width, int height);
+// `lengths_only`: a geometry for stage_a_cost and stage_b_cost alone (not band_reads, not the
+// executor); the schedule search builds one per candidate tile, from shapes computed once.
+Geometry make_geometry(const Plan& plan, const PlanShapes& shapes, int width, int height, bool lengths_only);
 
 // Which nodes stage A forms: those at `cut_level` >= 1 and the leaves above it (never the root,
 // never a leaf read in place); cut_level > plan.depth leaves stage A the leaves of several
@@ -53,8 +68,8 @@ Geometry make_geometry(const Plan& plan, int width, int height);
 std::vector<char> cut_nodes(const Plan& plan, int cut_level);
 
 // What one stage costs over one area: additions per level (per channel), node velocities
-// formed per level, the largest working set (floats) and, for stage A, the kept maps (floats)
-// and the samples it reads relative to the area's first origin.
+// formed per level, the largest working set (floats), for stage A the kept maps (floats), and
+// (band_reads) the samples the leaves read relative to the area's first origin.
 struct StageCost {
   std::vector<std::int64_t> additions, entries;
   // 16-float vector operations per channel, the last partial block of each row counted whole
@@ -65,7 +80,8 @@ struct StageCost {
   std::size_t arena_floats = 0;  // stage B: per tile; stage A: per thread, below a cut node
   std::size_t kept_floats = 0;   // stage A: the cut nodes' maps
   std::array<int, 2> read_lo{0, 0}, read_hi{0, 0};
-  bool reads = false;            // stage A reads exposures (false when nothing is cut)
+  bool reads = false;            // the leaves read exposures (tracked only where asked)
+  bool track_reads = false;      // band_reads: the walk visits every leaf's shifts for read_lo/hi
 };
 StageCost stage_b_cost(const Plan& plan, const Geometry& tile, const std::vector<char>& cut, bool fuse_root);
 // Whether `fuse_root` changes anything: some child of the root is formed per tile (not a leaf,
@@ -84,7 +100,7 @@ ReadRange band_reads(const Plan& plan, const Geometry& band);
 struct Band {
   int x0 = 0, y0 = 0, cols = 0, rows = 0;
   int exposures = 0;
-  std::vector<float> data;  // per exposure: psi plane, then phi plane (reused between bands)
+  LargeBuffer<float> data;  // per exposure: psi plane, then phi plane (reused between bands)
   std::size_t plane() const { return std::size_t(cols) * rows; }
   const float* psi(int e) const { return data.data() + 2 * std::size_t(e) * plane(); }
   const float* phi(int e) const { return psi(e) + plane(); }
@@ -97,7 +113,7 @@ struct Kept {
   const Geometry* geometry = nullptr;  // the band-wide geometry
   int x0 = 0, y0 = 0;                  // the band's first origin
   std::vector<std::size_t> offset;     // per node: start of its maps in `data` (cut nodes)
-  std::vector<float> data;             // reused between bands
+  LargeBuffer<float> data;             // reused between bands
 };
 
 // Forms every cut node's maps over the band (all threads), reading leaves from `exposures`.

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "cpu/exact_trial.hpp"
+#include "shiftstack/motion.hpp"
 #include "shiftstack/error.hpp"
 
 namespace shiftstack::tree {
@@ -34,7 +35,20 @@ std::vector<ExactScore> refine(const EncodedStack& stack, const MotionBank& bank
   auto key = [&](int x, int y, std::int64_t v) {
     return std::uint64_t((v * region.height + (y - region.y0)) * region.width + (x - region.x0));
   };
+  // Integer mode: each axis value's shifts rounded once (exact_integer_trial rounds per sample).
+  std::vector<std::vector<int>> ix, iy;
+  if (integer) {
+    auto rounded = [](const std::vector<std::vector<double>>& axis) {
+      std::vector<std::vector<int>> out(axis.size());
+      for (std::size_t a = 0; a < axis.size(); ++a)
+        for (double v : axis[a]) out[a].push_back(round_shift(v));
+      return out;
+    };
+    ix = rounded(sx);
+    iy = rounded(sy);
+  }
   std::unordered_set<std::uint64_t> seen;
+  seen.reserve(seeds.size() * 81);
   std::vector<TrialRef> frontier;
   auto offer_neighbours = [&](const TrialRef& t) {
     const int a = int(t.velocity % Va), b = int(t.velocity / Va);
@@ -60,13 +74,38 @@ std::vector<ExactScore> refine(const EncodedStack& stack, const MotionBank& bank
             "cpu-tree: refinement would re-score more than " + std::to_string(limit) +
                 " trials: raise the candidate threshold, lower the screen margin or raise max_candidates");
     std::vector<ExactScore> batch(frontier.size());
-#pragma omp parallel for schedule(dynamic, 64)
-    for (std::size_t i = 0; i < frontier.size(); ++i) {
-      const TrialRef& t = frontier[i];
-      const int a = int(t.velocity % Va), b = int(t.velocity / Va);
-      const ExactTrialSums s = integer ? exact_integer_trial(stack, sx[a], sy[b], t.x, t.y)
-                                       : exact_bilinear_trial(stack, sx[a], sy[b], t.x, t.y);
-      batch[i] = {t.x, t.y, t.velocity, s.A, s.B, s.obs};
+    // Groups of consecutive trials (a seed's neighbours are consecutive), each group scored
+    // exposure by exposure in integer mode.
+    constexpr int group = 64;
+    const std::int64_t groups = (std::int64_t(frontier.size()) + group - 1) / group;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::size_t first = std::size_t(g) * group;
+      const int n = int(std::min<std::size_t>(group, frontier.size() - first));
+      ExactTrialSums sums[group];
+      if (integer) {
+        const int* shift_x[group];
+        const int* shift_y[group];
+        int x[group], y[group];
+        for (int k = 0; k < n; ++k) {
+          const TrialRef& t = frontier[first + k];
+          shift_x[k] = ix[std::size_t(t.velocity % Va)].data();
+          shift_y[k] = iy[std::size_t(t.velocity / Va)].data();
+          x[k] = t.x;
+          y[k] = t.y;
+        }
+        exact_integer_trials(stack, shift_x, shift_y, x, y, n, sums);
+      } else {
+        for (int k = 0; k < n; ++k) {
+          const TrialRef& t = frontier[first + k];
+          sums[k] = exact_bilinear_trial(stack, sx[std::size_t(t.velocity % Va)], sy[std::size_t(t.velocity / Va)],
+                                         t.x, t.y);
+        }
+      }
+      for (int k = 0; k < n; ++k) {
+        const TrialRef& t = frontier[first + k];
+        batch[first + k] = {t.x, t.y, t.velocity, sums[k].A, sums[k].B, sums[k].obs};
+      }
     }
     frontier.clear();
     for (const ExactScore& s : batch)
