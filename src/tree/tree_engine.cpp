@@ -189,6 +189,7 @@ struct TreeEngine::Cache {
   bool valid = false;
   tree::Band copy;
   tree::Kept kept;  // stage A's maps of the current band (storage reused between bands)
+  std::vector<LargeBuffer<float>> arenas;  // stage B's, one per thread (kept: no fresh pages per search)
 };
 
 TreeEngine::TreeEngine(TreeOptions options, std::string name)
@@ -357,10 +358,11 @@ SearchResult TreeEngine::search(const SearchInput& in) {
       stats_.seconds_stage_a += since(t_a);
       // Stage B: the tiles of this band over all threads.
       const int first = first_row * nx, last = (last_row + 1) * nx;
-#pragma omp parallel
+      if (int(c.arenas.size()) < threads) c.arenas.resize(std::size_t(threads));
+#pragma omp parallel num_threads(threads)
       {
-        LargeBuffer<float> arena;  // every map is written before it is read
-        arena.resize_uninitialised(arena_floats);
+        LargeBuffer<float>& arena = c.arenas[std::size_t(omp_get_thread_num())];
+        arena.resize_uninitialised(arena_floats);  // every map is written before it is read
 #pragma omp for schedule(dynamic, 1)
         for (int t = first; t < last; ++t) {
           if (in.policy.stop_requested()) continue;
