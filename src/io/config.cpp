@@ -60,7 +60,7 @@ reference_time: first       # where the search anchors its trials: first (KBMOD'
                             #   Result x, y are always positions at the first epoch, as in KBMOD
 shift_mode: integer         # integer (KBMOD's rounding) | fractional (bilinear, exact variance)
 encode_num_bytes: -1        # [KBMOD] psi/phi storage: -1 or 4 float32, 2 float16, 1 int8 scaled to the noise
-engine: auto                # auto: the fastest available engine; or one by name (reference, cpu, ...)
+engine: auto                # auto: the fastest available engine for this search; or one by name (reference, cpu, ...)
 cpu_only: false             # [KBMOD] with engine auto, never pick a GPU engine
 likelihood_device: auto     # psi/phi maps and encoding: auto (GPU if present and allowed) | gpu | cpu
 gpus: 1                     # GPUs one search is split over: 1 | all | N (the first N) | [0, 1] (a repeat shares a card)
