@@ -49,9 +49,7 @@ constexpr double kBandWide = 3.6, kKeptRead = 2.0, kCopy = 6.0;
 // the automatic choice asks of the tree before preferring it (the model leaves out a search's
 // fixed costs, which decide small searches). Measured on a Zen 3 VM (AVX2, 2 threads):
 // 0.030-0.049 units per sample (`ci` at 512 x 512, `deep`, `dense`); the lower is taken, which
-// favours cpu. Modelled against measured gains (docs/tree-search.md section 9): `ci` 1.08
-// (measured 0.65 at 128 x 128, 1.13 at 512 x 512), `deep` 7.6 (8.1), `kbmod` 22 (13), `dense`
-// 51 (41-56).
+// favours cpu. Modelled against measured gains: docs/tree-search.md section 9.
 constexpr double kCpuPairedSample = 0.030, kAutoGain = 1.5;
 double cache_factor(double bytes) {
   constexpr double kResident = 512.0 * 1024;
@@ -86,7 +84,8 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
   const tree::PlanShapes shapes = tree::plan_shapes(plan);
   std::vector<tree::Geometry> tiles;
   for (int w : tile_lengths(kTileWidths, r.width, o.tile_width))
-    for (int h : tile_lengths(kTileHeights, r.height, o.tile_height)) tiles.push_back(tree::make_geometry(plan, shapes, w, h, true));
+    for (int h : tile_lengths(kTileHeights, r.height, o.tile_height))
+      tiles.push_back(tree::make_geometry(plan, shapes, w, h, true));
   // A band's cost depends on its rows (and, for stage A, the cut level) only: many tiles share
   // one, so each is computed once.
   struct BandCost {
@@ -225,8 +224,9 @@ std::string TreeEngine::slower_reason(const SearchInput& in) const {
   const double gain = cpu_per_trial / tree_per_trial;
   if (gain >= kAutoGain) return {};
   char why[200];
-  std::snprintf(why, sizeof why, "modelled %.2g times as fast as the cpu engine here (E = %d, %lld origins), below %.2g",
-                gain, s.exposures, static_cast<long long>(in.region.count()), kAutoGain);
+  std::snprintf(why, sizeof why,
+                "modelled %.2g times as fast as the cpu engine here (E = %d, %lld origins), below %.2g", gain,
+                s.exposures, static_cast<long long>(in.region.count()), kAutoGain);
   return why;
 }
 
