@@ -99,6 +99,9 @@ class TreeEngine final : public Engine {
 
  private:
   struct Cache;
+  struct Planned;
+  // The plan and schedule for this input (made once for consecutive calls on the same input).
+  const Planned& planned(const SearchInput& input, int threads) const;
   TreeOptions options_;
   std::string name_;
   TreeStats stats_;

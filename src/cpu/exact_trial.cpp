@@ -27,19 +27,22 @@ inline bool sample(const EncodedStack& s, int e, std::size_t pixel, float& psi, 
   }
 }
 
+// Adds exposure e's sample at pixel (px, py) to a trial's sums, if inside the image and valid.
+template <bool Fp32>
+inline void add_sample(const EncodedStack& s, int e, int px, int py, ExactTrialSums& t) {
+  if (px < 0 || py < 0 || px >= s.width || py >= s.height) return;
+  float psi, phi;
+  if (!sample<Fp32>(s, e, std::size_t(py) * s.width + px, psi, phi)) return;
+  t.A += psi;
+  t.B += phi;
+  ++t.obs;
+}
+
 template <bool Fp32>
 ExactTrialSums integer_trial(const EncodedStack& s, const std::vector<double>& sx, const std::vector<double>& sy,
                              int x, int y) {
   ExactTrialSums t;
-  for (int e = 0; e < s.exposures; ++e) {
-    const int px = x + round_shift(sx[e]), py = y + round_shift(sy[e]);
-    if (px < 0 || py < 0 || px >= s.width || py >= s.height) continue;
-    float psi, phi;
-    if (!sample<Fp32>(s, e, std::size_t(py) * s.width + px, psi, phi)) continue;
-    t.A += psi;
-    t.B += phi;
-    ++t.obs;
-  }
+  for (int e = 0; e < s.exposures; ++e) add_sample<Fp32>(s, e, x + round_shift(sx[e]), y + round_shift(sy[e]), t);
   return t;
 }
 
@@ -48,15 +51,7 @@ void integer_trials(const EncodedStack& s, const int* const* shift_x, const int*
                     const int* y, int n, ExactTrialSums* out) {
   for (int t = 0; t < n; ++t) out[t] = ExactTrialSums{};
   for (int e = 0; e < s.exposures; ++e)
-    for (int t = 0; t < n; ++t) {
-      const int px = x[t] + shift_x[t][e], py = y[t] + shift_y[t][e];
-      if (px < 0 || py < 0 || px >= s.width || py >= s.height) continue;
-      float psi, phi;
-      if (!sample<Fp32>(s, e, std::size_t(py) * s.width + px, psi, phi)) continue;
-      out[t].A += psi;
-      out[t].B += phi;
-      ++out[t].obs;
-    }
+    for (int t = 0; t < n; ++t) add_sample<Fp32>(s, e, x[t] + shift_x[t][e], y[t] + shift_y[t][e], out[t]);
 }
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/engine_registry.hpp"
 #include "shiftstack/error.hpp"
@@ -92,26 +93,29 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
     int rows = 0;
     double bytes = 0, a_additions = 0, a_vectors = 0, copy_vectors = 0;
   };
-  std::vector<std::pair<int, tree::Geometry>> band_geometries;  // by rows held
-  std::vector<std::pair<int, tree::ReadRange>> band_ranges;     // by rows held
-  std::vector<BandCost> level_bands;                            // this level's, by rows
-  auto band_cost = [&](int rows, const std::vector<char>& cut) -> const BandCost& {
+  // A band of `held` rows: its lengths-only geometry and the exposure pixels its copy holds.
+  struct BandShape {
+    int held = 0;
+    tree::Geometry geometry;
+    double pixels = 0;
+  };
+  std::vector<BandShape> band_shapes;
+  std::vector<BandCost> level_bands;  // this level's, by rows
+  auto band_cost = [&](int rows, const std::vector<char>& cut) -> BandCost {
     for (const BandCost& b : level_bands)
       if (b.rows == rows) return b;
     const int held = std::min(rows, r.height);
-    const tree::Geometry* band = nullptr;
-    for (const auto& [n, g] : band_geometries)
-      if (n == held) band = &g;
-    if (!band) {
-      band_geometries.emplace_back(held, tree::make_geometry(plan, shapes, r.width, held, true));
-      band = &band_geometries.back().second;
-      band_ranges.emplace_back(held, tree::band_reads(plan, tree::make_geometry(plan, shapes, r.width, held, false)));
+    const BandShape* shape = nullptr;
+    for (const BandShape& b : band_shapes)
+      if (b.held == held) shape = &b;
+    if (!shape) {
+      const tree::ReadRange reads = tree::band_reads(plan, tree::make_geometry(plan, shapes, r.width, held, false));
+      band_shapes.push_back({held, tree::make_geometry(plan, shapes, r.width, held, true),
+                             double(reads.hi[0] - reads.lo[0]) * double(reads.hi[1] - reads.lo[1])});
+      shape = &band_shapes.back();
     }
-    tree::ReadRange reads;
-    for (const auto& [n, range] : band_ranges)
-      if (n == held) reads = range;
-    const tree::StageCost a = tree::stage_a_cost(plan, *band, cut);
-    const double pixels = double(reads.hi[0] - reads.lo[0]) * double(reads.hi[1] - reads.lo[1]);
+    const double pixels = shape->pixels;
+    const tree::StageCost a = tree::stage_a_cost(plan, shape->geometry, cut);
     const double origins = double(r.width) * held;
     BandCost b;
     b.rows = rows;
@@ -120,7 +124,7 @@ Schedule choose_schedule(const tree::Plan& plan, const Region& r, const TreeOpti
     b.a_vectors = double(a.vectors) / origins;
     b.copy_vectors = exposures * pixels / 16.0 / origins;
     level_bands.push_back(b);
-    return level_bands.back();
+    return b;
   };
   Schedule best;
   bool have = false, best_busy = false;
@@ -181,6 +185,16 @@ double TreeStats::additions_per_trial() const {
   return trials > 0 ? sum / double(trials) : 0.0;
 }
 
+// The last plan and schedule, and what they were made for: the automatic choice's
+// slower_reason() and the search that follows it plan the same input once.
+struct TreeEngine::Planned {
+  MotionBank bank;
+  Region region;
+  int exposures = 0, threads = 0;
+  tree::Plan plan;
+  Schedule schedule;  // none when the root is a leaf
+};
+
 // The exposure copy of the last search, kept when one band covered the whole region (as the cpu
 // engine keeps its padded copy): repeated searches of the same stack skip the copy, never the tree.
 struct TreeEngine::Cache {
@@ -189,7 +203,29 @@ struct TreeEngine::Cache {
   tree::Band copy;
   tree::Kept kept;  // stage A's maps of the current band (storage reused between bands)
   std::vector<LargeBuffer<float>> arenas;  // stage B's, one per thread (kept: no fresh pages per search)
+  std::optional<Planned> planned;
 };
+
+namespace {
+// What a plan and schedule depend on: the Cartesian bank's fields, the region, E, the threads.
+bool same_input(const MotionBank& a, const Region& ra, int ea, const MotionBank& b, const Region& rb, int eb) {
+  return a.epochs == b.epochs && a.t_ref == b.t_ref && a.vx_axis == b.vx_axis && a.vy_axis == b.vy_axis &&
+         a.curve_x == b.curve_x && a.curve_y == b.curve_y && a.mode == b.mode && ra.x0 == rb.x0 &&
+         ra.y0 == rb.y0 && ra.width == rb.width && ra.height == rb.height && ea == eb;
+}
+}  // namespace
+
+const TreeEngine::Planned& TreeEngine::planned(const SearchInput& in, int threads) const {
+  std::optional<Planned>& p = cache_->planned;
+  const int E = in.stack->exposures;
+  if (!p || p->threads != threads || !same_input(p->bank, p->region, p->exposures, *in.bank, in.region, E)) {
+    Planned fresh{*in.bank, in.region, E, threads,
+                  tree::make_plan(*in.bank, {options_.oversample, options_.child_reach}), {}};
+    if (!fresh.plan.nodes[0].leaf()) fresh.schedule = choose_schedule(fresh.plan, in.region, options_, E, threads);
+    p = std::move(fresh);
+  }
+  return *p;
+}
 
 TreeEngine::TreeEngine(TreeOptions options, std::string name)
     : options_(options), name_(std::move(name)), cache_(std::make_unique<Cache>()) {
@@ -216,9 +252,9 @@ std::string TreeEngine::slower_reason(const SearchInput& in) const {
   const MotionBank& bank = *in.bank;
   // Inputs the tree cannot represent run the cpu engine anyway, and the search says why.
   if (!bank.is_cartesian() || in.policy.top_k > 0 || s.exposures < 2) return {};
-  const tree::Plan plan = tree::make_plan(bank, {options_.oversample, options_.child_reach});
-  if (plan.nodes[0].leaf()) return {};
-  const Schedule run = choose_schedule(plan, in.region, options_, s.exposures, omp_get_max_threads());
+  const Planned& planned_input = planned(in, omp_get_max_threads());
+  if (planned_input.plan.nodes[0].leaf()) return {};
+  const Schedule& run = planned_input.schedule;
   const double tree_per_trial = run.cost / double(bank.size());
   const double cpu_per_trial = kCpuPairedSample * s.exposures;
   const double gain = cpu_per_trial / tree_per_trial;
@@ -251,11 +287,12 @@ SearchResult TreeEngine::search(const SearchInput& in) {
   if (s.exposures < 2) return fall_back("a single exposure leaves nothing to share");
 
   const auto t_start = Clock::now();
-  const tree::Plan plan = tree::make_plan(bank, {options_.oversample, options_.child_reach});
+  const Planned& planned_input = planned(in, threads);
+  const tree::Plan& plan = planned_input.plan;
   stats_.depth = plan.depth;
   stats_.nodes = std::int64_t(plan.nodes.size());
   if (plan.nodes[0].leaf()) return fall_back("the whole bank is one velocity per axis over the span");
-  const Schedule run = choose_schedule(plan, r, options_, s.exposures, threads);
+  const Schedule& run = planned_input.schedule;
   const double per_trial = run.shared_additions_per_origin / double(bank.size());
   if (per_trial > options_.fallback_fraction * s.exposures) {
     char why[200];

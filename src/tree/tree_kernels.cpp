@@ -33,9 +33,18 @@ __attribute__((always_inline)) inline float keep_if(float x, std::int32_t mask) 
   return std::bit_cast<float>(std::bit_cast<std::int32_t>(x) & mask);
 }
 
+// The blocks of a row of `width` >= kBlock: block(i, -1) for each whole block at i, then, when
+// the width is not a multiple of kBlock, block(width - kBlock, first_new) for the last one, whose
+// lanes l < first_new the block before already covered.
+template <class Block>
+__attribute__((always_inline)) inline void for_each_block(int width, Block&& block) {
+  const int whole = width / kBlock * kBlock;
+  for (int i = 0; i < whole; i += kBlock) block(i, -1.0f);
+  if (whole != width) block(width - kBlock, float(kBlock - (width - whole)));
+}
+
 __attribute__((always_inline)) inline void add_rows(float* out, int out_stride, const float* a, int a_stride,
                                                     const float* b, int b_stride, int width, int rows) {
-  const int whole = width / kBlock * kBlock;
   for (int r = 0; r < rows; ++r) {
     float* __restrict o = out + std::ptrdiff_t(r) * out_stride;
     const float* __restrict x = a + std::ptrdiff_t(r) * a_stride;
@@ -44,15 +53,10 @@ __attribute__((always_inline)) inline void add_rows(float* out, int out_stride, 
       for (int i = 0; i < width; ++i) o[i] = x[i] + y[i];
       continue;
     }
-    for (int i = 0; i < whole; i += kBlock) {
+    for_each_block(width, [&](int i, float) __attribute__((always_inline)) {
 #pragma omp simd
       for (int l = 0; l < kBlock; ++l) o[i + l] = x[i + l] + y[i + l];
-    }
-    if (whole != width) {
-      const int i = width - kBlock;
-#pragma omp simd
-      for (int l = 0; l < kBlock; ++l) o[i + l] = x[i + l] + y[i + l];
-    }
+    });
   }
 }
 }  // namespace
@@ -135,7 +139,7 @@ __attribute__((always_inline)) inline void score_sources(const RootSources* sour
       }
       // Lanes l with float(l) < first_new were counted by the block before (the overlapping last
       // block of a row), so they only count once.
-      auto block = [&](int i, float first_new) __attribute__((always_inline)) {
+      for_each_block(width, [&](int i, float first_new) __attribute__((always_inline)) {
 #pragma omp simd
         for (int l = 0; l < kBlock; ++l) {
           const float A = channel_a(i + l), B = channel_b(i + l);
@@ -147,10 +151,7 @@ __attribute__((always_inline)) inline void score_sources(const RootSources* sour
           if (want_count) n_count[l] -= valid & (q > cz * B ? -1 : 0);
           hit[l] |= valid & (q > sz * B ? -1 : 0);
         }
-      };
-      const int whole = width / kBlock * kBlock;
-      for (int i = 0; i < whole; i += kBlock) block(i, -1.0f);
-      if (whole != width) block(width - kBlock, float(kBlock - (width - whole)));
+      });
     }
 #pragma omp simd reduction(| : any)
     for (int l = 0; l < kBlock; ++l) {
