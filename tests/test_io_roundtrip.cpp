@@ -26,6 +26,7 @@
 namespace shiftstack::io {
 namespace {
 
+using testing_support::kit_in_memory;
 using testing_support::TempDir;
 
 void write_kit(const KitStack& kit, const std::string& dir, bool with_wcs) {
@@ -46,17 +47,6 @@ SearchConfig config_for(const KitStack& kit) {
   c.cpu_only = true;
   c.stamp_radius = 4;
   return c;
-}
-
-// The kit's exposures in memory, with the bank's common curve (what run_search would read).
-LoadedStack in_memory(const KitStack& kit) {
-  LoadedStack memory;
-  memory.stack = kit.stack;
-  for (int e = 0; e < kit.stack.size(); ++e) {
-    memory.curve_x.push_back(kit.bank.curve_at_x(e));
-    memory.curve_y.push_back(kit.bank.curve_at_y(e));
-  }
-  return memory;
 }
 
 void expect_same_images(const Image<float>& a, const Image<float>& b, const std::string& what) {
@@ -150,7 +140,7 @@ TEST(IoRoundTrip, SearchFromFilesEqualsSearchInMemory) {
   from_files.inputs = {dir.path()};
   const RunOutput disk = run_search(config, from_files);
 
-  const RunOutput mem = run_search(config, in_memory(kit), RunOptions{});
+  const RunOutput mem = run_search(config, kit_in_memory(kit), RunOptions{});
 
   // The bank is the kit's.
   EXPECT_EQ(disk.bank.vx_axis, kit.bank.vx_axis);
@@ -212,7 +202,7 @@ TEST(IoRoundTrip, AutomaticEngineIsTheOneModelledFaster) {
   };
   auto run_kit = [](const KitOptions& o) {
     const KitStack kit = make_kit(o);
-    return run_search(config_for(kit), in_memory(kit), RunOptions{});
+    return run_search(config_for(kit), kit_in_memory(kit), RunOptions{});
   };
   // Few exposures on a small image: modelled about as fast as cpu, so cpu runs.
   KitOptions small = workload("ci");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "shiftstack/io/config.hpp"
+#include "shiftstack/io/fits.hpp"
 #include "shiftstack/synth.hpp"
 
 namespace shiftstack::io::testing_support {
@@ -23,6 +24,17 @@ inline SearchConfig kit_search_config(const KitStack& kit) {
   c.shift_mode = kit.bank.mode;
   c.reference_time = "mid";  // the kit's bank anchors its trials (and its truth) at mid-span
   return c;
+}
+
+// The kit's exposures in memory with the bank's common curve, as run_search takes them.
+inline LoadedStack kit_in_memory(const KitStack& kit) {
+  LoadedStack loaded;
+  loaded.stack = kit.stack;
+  for (int e = 0; e < kit.stack.size(); ++e) {
+    loaded.curve_x.push_back(kit.bank.curve_at_x(e));
+    loaded.curve_y.push_back(kit.bank.curve_at_y(e));
+  }
+  return loaded;
 }
 
 // Third-party files the tests read, shipped in the repository (tests/data/fixtures/README.md).

@@ -15,6 +15,8 @@
 namespace shiftstack::io {
 namespace {
 
+using testing_support::kit_in_memory;
+
 #define SKIP_WITHOUT_DEVICE() \
   if (!cuda::likelihood_gpu_available()) GTEST_SKIP() << "no CUDA device"
 
@@ -25,16 +27,6 @@ SearchConfig config_for(const KitStack& kit, const std::string& likelihood_devic
   c.filter.lh_level = 5.5;  // noise crossings and a crowd around the source to filter and merge
   c.stamp_radius = 3;
   return c;
-}
-
-LoadedStack loaded(const KitStack& kit) {
-  LoadedStack s;
-  s.stack = kit.stack;
-  for (int e = 0; e < kit.stack.size(); ++e) {
-    s.curve_x.push_back(kit.bank.curve_at_x(e));
-    s.curve_y.push_back(kit.bank.curve_at_y(e));
-  }
-  return s;
 }
 
 // The same detections, trial by trial; light curves come from float planes that agree to float
@@ -73,8 +65,8 @@ TEST(GpuPipeline, SameCandidatesAsTheCpuLikelihood) {
       const std::string what = to_string(encoding) + " " + engine;
       RunOptions options;
       options.encoding = encoding;
-      const RunOutput cpu = run_search(config_for(kit, "cpu", engine), loaded(kit), options);
-      const RunOutput gpu = run_search(config_for(kit, "gpu", engine), loaded(kit), options);
+      const RunOutput cpu = run_search(config_for(kit, "cpu", engine), kit_in_memory(kit), options);
+      const RunOutput gpu = run_search(config_for(kit, "gpu", engine), kit_in_memory(kit), options);
       EXPECT_EQ(cpu.likelihood_device, "cpu") << what;
       EXPECT_EQ(gpu.likelihood_device, "gpu") << what;
       EXPECT_EQ(gpu.engine, engine) << what;
@@ -85,11 +77,11 @@ TEST(GpuPipeline, SameCandidatesAsTheCpuLikelihood) {
       EXPECT_LE(std::abs(best.candidate.y - kit.truth.y), 1) << what;
     }
   // auto picks the GPU here (a device is present, integer shifts, not cpu_only).
-  const RunOutput automatic = run_search(config_for(kit, "auto", "auto"), loaded(kit), RunOptions{});
+  const RunOutput automatic = run_search(config_for(kit, "auto", "auto"), kit_in_memory(kit), RunOptions{});
   EXPECT_EQ(automatic.likelihood_device, "gpu");
   SearchConfig cpu_only = config_for(kit, "auto", "auto");
   cpu_only.cpu_only = true;
-  EXPECT_EQ(run_search(cpu_only, loaded(kit), RunOptions{}).likelihood_device, "cpu");
+  EXPECT_EQ(run_search(cpu_only, kit_in_memory(kit), RunOptions{}).likelihood_device, "cpu");
 }
 
 // cuda-tree through the whole file pipeline, cubes encoded on the device: the candidates after
@@ -105,8 +97,8 @@ TEST(GpuPipeline, CudaTreeGivesCudaFastsCandidates) {
     const std::string what = to_string(encoding);
     RunOptions options;
     options.encoding = encoding;
-    const RunOutput fast = run_search(config_for(kit, "gpu", "cuda-fast"), loaded(kit), options);
-    const RunOutput tree = run_search(config_for(kit, "gpu", "cuda-tree"), loaded(kit), options);
+    const RunOutput fast = run_search(config_for(kit, "gpu", "cuda-fast"), kit_in_memory(kit), options);
+    const RunOutput tree = run_search(config_for(kit, "gpu", "cuda-tree"), kit_in_memory(kit), options);
     EXPECT_EQ(tree.engine, "cuda-tree") << what;
     EXPECT_EQ(tree.likelihood_device, "gpu") << what;
     // It searched the cube where the GPU encoded it: no copy to the host and back.
@@ -122,7 +114,7 @@ TEST(GpuPipeline, CudaTreeGivesCudaFastsCandidates) {
     EXPECT_LE(std::abs(tree.detections.front().candidate.x - kit.truth.x), 1) << what;
     EXPECT_LE(std::abs(tree.detections.front().candidate.y - kit.truth.y), 1) << what;
   }
-  EXPECT_EQ(run_search(config_for(kit, "auto", "auto"), loaded(kit), RunOptions{}).engine, "cuda-tree");
+  EXPECT_EQ(run_search(config_for(kit, "auto", "auto"), kit_in_memory(kit), RunOptions{}).engine, "cuda-tree");
 }
 
 TEST(GpuPipeline, FractionalShiftsStayOnTheCpu) {
@@ -135,8 +127,8 @@ TEST(GpuPipeline, FractionalShiftsStayOnTheCpu) {
   o.shift_mode = ShiftMode::fractional;
   const KitStack kit = make_kit(o);
   SearchConfig gpu = config_for(kit, "gpu", "reference");
-  EXPECT_THROW(run_search(gpu, loaded(kit), RunOptions{}), Error);
-  const RunOutput automatic = run_search(config_for(kit, "auto", "reference"), loaded(kit), RunOptions{});
+  EXPECT_THROW(run_search(gpu, kit_in_memory(kit), RunOptions{}), Error);
+  const RunOutput automatic = run_search(config_for(kit, "auto", "reference"), kit_in_memory(kit), RunOptions{});
   EXPECT_EQ(automatic.likelihood_device, "cpu");
 }
 
