@@ -286,13 +286,13 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   std::vector<int4> trials;
   for (const RecomputedTrial& t : exact) {
     if (!(t.B > 0)) continue;  // the reference scores only B > 0
-    const double Z = double(t.A) / std::sqrt(double(t.B));
+    const float Z = t.A / std::sqrt(t.B);  // FP32, as the device scores (the same rounding)
     result.digest.add(t.A, t.B, Z, t.x, t.y, t.velocity);
     if (s.policy.collect_candidates && Z > s.policy.candidate_threshold) {
       require(result.candidates.size() < std::size_t(s.policy.max_candidates),
               "candidate list exceeds max_candidates (" + std::to_string(s.policy.max_candidates) +
                   "): raise the candidate threshold or the limit");
-      result.candidates.push_back(make_candidate(t.x, t.y, t.velocity, t.A, t.B, float(Z)));
+      result.candidates.push_back(make_candidate(t.x, t.y, t.velocity, t.A, t.B, Z));
       trials.push_back(make_int4(t.x, t.y, t.velocity, 0));
     }
   }
