@@ -187,25 +187,38 @@ __global__ void covariance_planes_kernel(const float* covariances, const float* 
   }
 }
 
-// Largest |spectrum| per frequency over exposures: channel 0 (psi) and the B side, which is phi
-// alone for integer shifts and phi with the covariance channels up to channel last_b for
-// fractional ones (their products share one accumulator, hence one scale). Threads over frequencies.
-__global__ void spectrum_scale_kernel(const float2* spectra, int exposures, std::int64_t frequencies,
-                                      int last_b, float* scales) {
+// Largest |spectrum|^2 per frequency over a slice of the exposures, folded into scale_bits with
+// atomicMax: non-negative floats order like their bit patterns, so the result is exact and the
+// same whatever the order. Channel 0 (psi) and the B side, which is phi alone for integer shifts
+// and phi with the covariance channels up to channel last_b for fractional ones (their products
+// share one accumulator, hence one scale). Grid: (frequency blocks, exposure slices); one thread
+// per frequency walking every exposure kept only F threads in flight for the whole card.
+__global__ void spectrum_scale_kernel(const float2* spectra, int exposures, std::int64_t frequencies, int last_b,
+                                      int exposures_per_slice, unsigned int* scale_bits) {
   const std::int64_t f = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (f >= frequencies) return;
+  const int e_begin = blockIdx.y * exposures_per_slice;
+  const int e_end = min(exposures, e_begin + exposures_per_slice);
   for (int side = 0; side < 2; ++side) {
     float largest = 0;
     const int first = side, last = side == 0 ? 0 : last_b;
     for (int c = first; c <= last; ++c) {
       const float2* base = spectra + std::size_t(c) * exposures * frequencies + f;
-      for (int e = 0; e < exposures; ++e) {
+      for (int e = e_begin; e < e_end; ++e) {
         const float2 z = base[std::size_t(e) * frequencies];
         largest = fmaxf(largest, z.x * z.x + z.y * z.y);
       }
     }
-    scales[std::size_t(side) * frequencies + f] = largest > 0 ? sqrtf(largest) : 1.0f;
+    if (largest > 0) atomicMax(scale_bits + std::size_t(side) * frequencies + f, __float_as_uint(largest));
   }
+}
+
+// The scales from the largest |spectrum|^2 (in place): its square root, or 1 where every sample is 0.
+__global__ void finish_scales_kernel(std::int64_t count, float* scales) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const float largest = scales[i];
+  scales[i] = largest > 0 ? sqrtf(largest) : 1.0f;
 }
 
 // A transposing pack: per frequency f and exposure e, pack(e, f) (a T; zero for padded exposures
@@ -312,8 +325,13 @@ void pack_half_spectra(SpectralState& s, int vb_granularity) {
     // Rows my in [nyh, nyh_padded) are never written by the packer: keep them zero.
     SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.half_spectra.get(), 0, s.half_spectra.bytes(), s.stream));
   }
-  spectrum_scale_kernel<<<unsigned((F + 255) / 256), 256, 0, s.stream>>>(s.spectra.get(), s.exposures, F,
-                                                                           s.input_channels() - 1, s.scales.get());
+  SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.scales.get(), 0, s.scales.bytes(), s.stream));  // 0.0f: no sample yet
+  constexpr int kScaleSlice = 64;  // exposures per thread
+  const dim3 scale_grid(unsigned((F + 255) / 256), unsigned((s.exposures + kScaleSlice - 1) / kScaleSlice));
+  spectrum_scale_kernel<<<scale_grid, 256, 0, s.stream>>>(s.spectra.get(), s.exposures, F, s.input_channels() - 1,
+                                                          kScaleSlice, reinterpret_cast<unsigned int*>(s.scales.get()));
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  finish_scales_kernel<<<unsigned((2 * F + 255) / 256), 256, 0, s.stream>>>(2 * F, s.scales.get());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   const dim3 block(kTile, 8), grid(unsigned((F + kTile - 1) / kTile), s.exposures_padded / kTile);
   const PackSource source{s.spectra.get(), s.scales.get(), s.exposures, F};

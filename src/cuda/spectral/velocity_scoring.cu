@@ -11,8 +11,8 @@ namespace shiftstack::cuda {
 
 namespace {
 
-// One-warp blocks per SM (score_kernel's launch bounds: 64 registers, a few bytes spilled). Measured
-// on the H200 (dense, cuda-tc): 32 blocks 2.88 ms, 24 (no spills) 3.29, 16 with 8 trials in flight 4.47.
+// One-warp blocks per SM (score_kernel's launch bounds: 64 registers). Measured on the H200 (dense,
+// cuda-tc, d89e3a8's kernel): 32 blocks 2.88 ms, 24 (no spills) 3.29, 16 with 8 trials in flight 4.47.
 constexpr int kScoreBlocks = 32;
 
 struct ScoreInputs {
@@ -184,18 +184,23 @@ __device__ TrustRule trust_rule(const ScoreInputs& in) {
   return rule;
 }
 
-// The transform's A and B of trial v_local at origin (x, y), clamped where the rule says so;
+// A trial's A and B as the transform gave them (`sums`), clamped where the rule says so;
 // `untrusted`: the trial must be gathered exactly before it is scored.
-__device__ __forceinline__ void transform_sums(const ScoreInputs& in, const TrustRule& rule, int v_local, int x, int y,
-                                               float& A, float& B, bool& clamped, bool& untrusted) {
-  const std::size_t at = std::size_t(v_local) * in.velocity_stride + std::size_t(x) * in.pitch + y;
-  const float2 sums = in.sums[at];
+__device__ __forceinline__ void transform_sums(const TrustRule& rule, float2 sums, float& A, float& B, bool& clamped,
+                                               bool& untrusted) {
   A = sums.x;
   B = sums.y;
   const bool low = B < rule.trusted;
   clamped = low && !rule.recompute;
   untrusted = low && rule.recompute;
   if (clamped) B = rule.b_floor;
+}
+
+// The same for trial v_local at origin (x, y).
+__device__ __forceinline__ void transform_sums(const ScoreInputs& in, const TrustRule& rule, int v_local, int x, int y,
+                                               float& A, float& B, bool& clamped, bool& untrusted) {
+  transform_sums(rule, in.sums[std::size_t(v_local) * in.velocity_stride + std::size_t(x) * in.pitch + y], A, B,
+                 clamped, untrusted);
 }
 
 __device__ void merge_partial(DigestPartial& into, const DigestPartial& other) {
@@ -228,25 +233,31 @@ struct Probes {
   bool tall[1 + SpectralState::kExtremeProbes];  // fractional: the y + 1 corners count
 };
 
-// True when one of the block's probes finds an informative sample; false means "not found yet".
-// Integer shifts (Fractional false): only the nearest pixel counts, and the compiler drops the
-// corner tests.
+// Does probe k of the block find an informative sample for origin (x, y)? Integer shifts
+// (Fractional false): only the nearest pixel counts, and the compiler drops the corner tests.
 template <bool Fractional>
-__device__ bool probes_hit(const ScoreInputs& in, const Probes& probes, int x, int y) {
+__device__ __forceinline__ bool probe_hits(const ScoreInputs& in, const Probes& probes, int k, int x, int y) {
+  return sample_counts(in.informative, in.words_per_column, in.width, in.height, probes.exposure[k], x + probes.sx[k],
+                       y + probes.sy[k], Fractional && probes.wide[k], Fractional && probes.tall[k]);
+}
+
+// The same for the extreme-shift probes (every probe but the first): false means "not found yet".
+template <bool Fractional>
+__device__ bool extreme_probes_hit(const ScoreInputs& in, const Probes& probes, int x, int y) {
 #pragma unroll
-  for (int k = 0; k < 1 + SpectralState::kExtremeProbes; ++k) {
-    if (sample_counts(in.informative, in.words_per_column, in.width, in.height, probes.exposure[k], x + probes.sx[k],
-                      y + probes.sy[k], Fractional && probes.wide[k], Fractional && probes.tall[k]))
-      return true;
-  }
+  for (int k = 1; k < 1 + SpectralState::kExtremeProbes; ++k)
+    if (probe_hits<Fractional>(in, probes, k, x, y)) return true;
   return false;
 }
 
-constexpr int kTrialsInFlight = 4;  // per thread: their A, B loads overlap the probes
+// Trials in flight per thread: their A, B loads and first probes are issued together. Two, not
+// more: at 64 registers four spilled 32 bytes and eight 52, and the scoring of dense (cuda-tc, H200)
+// took 2.00 ms with two, 2.42 with four, 3.34 with eight.
+constexpr int kTrialsInFlight = 2;
 // Trials every probe missed (mostly trials with no informative sample at all) wait in a per-warp
 // queue and are then decided by the whole warp, 32 exposures per step: walked by one thread
 // each, they kept whole blocks waiting at the final barrier. The queue is drained between groups
-// of kTrialsInFlight rows, outside the unrolled loads.
+// of rows in flight, outside the unrolled loads.
 // Scored trials whose transform B is untrusted are not gathered here but listed for
 // recompute_kernel: the exact gather inlined in this kernel (845a5e5) took it from 78 to 106
 // registers, 3 to 2 blocks per SM, and doubled the scoring time of every Fourier-route engine.
@@ -277,20 +288,25 @@ struct ThreadDigest {
   }
 };
 
-__device__ void offer(ThreadDigest& mine, long long velocity, int x, int y, float A, float B, bool clamped,
-                      bool untrusted, double z_thr, const ScoreOutputs& out) {
-  if (untrusted) {
-    const unsigned long long slot = atomicAdd(out.recompute_count, 1ull);
-    if (slot < out.recompute_capacity) out.recompute[slot] = RecomputedTrial{x, y, int(velocity), 0, 0};
-    return;
-  }
-  // FP32, as the gathers score (score_trial): the FP64 division and square root took about half
-  // of this kernel's time on dense (their DFMA chains run at half the FP32 rate).
-  const float Z = A / sqrtf(B);
+// Lists a scored trial whose transform B is untrusted, for recompute_kernel.
+__device__ __forceinline__ void list_for_recompute(long long velocity, int x, int y, const ScoreOutputs& out) {
+  const unsigned long long slot = atomicAdd(out.recompute_count, 1ull);
+  if (slot < out.recompute_capacity) out.recompute[slot] = RecomputedTrial{x, y, int(velocity), 0, 0};
+}
+
+// A scored trial's share of the sums and counters.
+__device__ __forceinline__ void tally(ThreadDigest& mine, float A, float B, bool clamped) {
   mine.sumA += A;
   mine.sumB += B;
   ++mine.scored;
   mine.clamped += clamped;
+}
+
+// A scored trial's Z against the threshold, the running maximum and the candidate threshold.
+__device__ void rank(ThreadDigest& mine, long long velocity, int x, int y, float A, float B, double z_thr,
+                     const ScoreOutputs& out) {
+  // FP32, as the gathers score (score_trial).
+  const float Z = A / sqrtf(B);
   if (Z > z_thr) ++mine.count;
   // Same velocity throughout: ties go to the smaller (y, x).
   if (mine.argmax_x < 0 || Z > mine.maxZ ||
@@ -303,6 +319,31 @@ __device__ void offer(ThreadDigest& mine, long long velocity, int x, int y, floa
     const unsigned long long slot = atomicAdd(out.candidate_count, 1ull);
     if (slot < out.candidate_capacity) out.candidates[slot] = DeviceCandidate{x, y, int(velocity), A, B, Z};
   }
+}
+
+// Which trials rank() must see: those whose Z may reach the smallest of the threshold, the
+// candidate threshold and the thread's maximum so far. Z >= floor >= 0 needs A >= 0 and
+// A^2 >= floor^2 B; the test keeps a margin of 1e-5 (many float roundings), so no trial that
+// could change a result is skipped, and almost all others (Z near 0) cost two products instead of
+// a division and a square root. A negative or unset floor passes every trial.
+struct RankGate {
+  float gate = -1.0f;  // < 0: every trial
+  __device__ RankGate(const ThreadDigest& mine, double z_thr, const ScoreOutputs& out) {
+    if (mine.argmax_x < 0) return;
+    double floor = fmin(z_thr, mine.maxZ);
+    if (out.collect) floor = fmin(floor, out.candidate_threshold);
+    if (floor >= 0) gate = float(floor * floor) * (1.0f - 1e-5f);
+  }
+  __device__ bool passes(float A, float B) const { return gate < 0 || (A >= 0 && A * A >= gate * B); }
+};
+
+// A scored trial (B trusted, clamped, or untrusted) into the thread's digest and candidates, or
+// onto the recompute list.
+__device__ void offer(ThreadDigest& mine, long long velocity, int x, int y, float A, float B, bool clamped,
+                      bool untrusted, double z_thr, const ScoreOutputs& out) {
+  if (untrusted) return list_for_recompute(velocity, x, y, out);
+  tally(mine, A, B, clamped);
+  rank(mine, velocity, x, y, A, B, z_thr, out);
 }
 
 // A DigestPartial from another lane of the warp.
@@ -374,20 +415,47 @@ __global__ void __launch_bounds__(32, kScoreBlocks) score_kernel(ScoreInputs in,
   {
     const int j = strip * 32 + lane;
     const int y = in.ry0 + j;
+    // This lane's column of the sums, and its word of the first probe's bitmap column (integer
+    // shifts: one pixel per trial, so the row walk only moves along x).
+    const float2* column = in.sums + std::size_t(v_local) * in.velocity_stride + y;
+    const int probe_py = y + probes.sy[0];
+    const bool probe_row_inside = j < in.rh && probe_py >= 0 && probe_py < in.height;
+    const std::uint32_t* probe_column =
+        in.informative + std::size_t(probes.exposure[0]) * in.width * in.words_per_column + (probe_py >> 5);
+    const int probe_bit = probe_py & 31;
     for (int i0 = 0; i0 < in.rw; i0 += kTrialsInFlight) {
       float A[kTrialsInFlight], B[kTrialsInFlight];
-      bool clamped[kTrialsInFlight], untrusted[kTrialsInFlight];
-#pragma unroll
-      for (int u = 0; u < kTrialsInFlight; ++u)
-        if (j < in.rh && i0 + u < in.rw)
-          transform_sums(in, rule, v_local, in.rx0 + i0 + u, y, A[u], B[u], clamped[u], untrusted[u]);
+      bool clamped[kTrialsInFlight], untrusted[kTrialsInFlight], hit[kTrialsInFlight];
+      // The loads of every row in flight first: the sums and the first probe (the exposure
+      // nearest t_ref), which decides almost every trial.
 #pragma unroll
       for (int u = 0; u < kTrialsInFlight; ++u) {
         const int x = in.rx0 + i0 + u;
         const bool inside = j < in.rh && i0 + u < in.rw;
-        const bool hit = inside && probes_hit<Fractional>(in, probes, x, y);
-        if (hit) offer(mine, velocity, x, y, A[u], B[u], clamped[u], untrusted[u], z_thr, out);
-        const bool hard_trial = inside && !hit;
+        if (inside) transform_sums(rule, column[x * in.pitch], A[u], B[u], clamped[u], untrusted[u]);
+        if constexpr (Fractional) {
+          hit[u] = inside && probe_hits<true>(in, probes, 0, x, y);
+        } else {
+          const int px = x + probes.sx[0];
+          hit[u] = inside && probe_row_inside && static_cast<unsigned>(px) < static_cast<unsigned>(in.width) &&
+                   ((__ldg(probe_column + px * in.words_per_column) >> probe_bit) & 1u);
+        }
+      }
+      const RankGate gate(mine, z_thr, out);
+#pragma unroll
+      for (int u = 0; u < kTrialsInFlight; ++u) {
+        const int x = in.rx0 + i0 + u;
+        const bool inside = j < in.rh && i0 + u < in.rw;
+        if (inside && !hit[u]) hit[u] = extreme_probes_hit<Fractional>(in, probes, x, y);
+        if (hit[u]) {
+          if (untrusted[u]) {
+            list_for_recompute(velocity, x, y, out);
+          } else {
+            tally(mine, A[u], B[u], clamped[u]);
+            if (gate.passes(A[u], B[u])) rank(mine, velocity, x, y, A[u], B[u], z_thr, out);
+          }
+        }
+        const bool hard_trial = inside && !hit[u];
         const unsigned ballot = __ballot_sync(0xffffffffu, hard_trial);
         if (hard_trial)
           hard[queued + __popc(ballot & ((1u << lane) - 1u))] =
@@ -578,10 +646,11 @@ void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
   out.recompute = s.recompute.get();
   out.recompute_count = s.recompute_count.get();
   out.recompute_capacity = s.recompute.size();
+  const unsigned blocks = unsigned(velocities * s.score_strips());
   if (s.fractional)
-    score_kernel<true><<<unsigned(velocities * s.score_strips()), 32, 0, s.stream>>>(in, s.z_thr, out);
+    score_kernel<true><<<blocks, 32, 0, s.stream>>>(in, s.z_thr, out);
   else
-    score_kernel<false><<<unsigned(velocities * s.score_strips()), 32, 0, s.stream>>>(in, s.z_thr, out);
+    score_kernel<false><<<blocks, 32, 0, s.stream>>>(in, s.z_thr, out);
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   if (s.policy.top_k > 0) {
     const long long origins = s.region.count();
