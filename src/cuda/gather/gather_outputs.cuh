@@ -185,14 +185,18 @@ struct LocalDigest {
   }
 };
 
-// Scores a finished trial with B > 0 into the digest and the compact candidate list; returns Z.
-// (Trials with B <= 0 have no Z and are not scored, SPEC 1: callers test B first.)
-__device__ inline float score_trial(const ScanOutputs& out, LocalDigest& digest, float A, float B, int x, int y,
-                                    int v) {
-  const float Z = A / sqrtf(B);
+// A scored trial's (B > 0) share of the digest's sums and counters.
+__device__ inline void tally_trial(LocalDigest& digest, float A, float B) {
   digest.sumA += A;
   digest.sumB += B;
   ++digest.scored;
+}
+
+// A scored trial's Z against the threshold, the digest's maximum and the candidate threshold
+// (into the compact candidate list); returns Z.
+__device__ inline float rank_trial(const ScanOutputs& out, LocalDigest& digest, float A, float B, int x, int y,
+                                   int v) {
+  const float Z = A / sqrtf(B);
   if (double(Z) > out.z_thr) ++digest.count;
   digest.offer_max(Z, v, x, y);
   if (out.collect && double(Z) > out.candidate_threshold) {
@@ -201,6 +205,34 @@ __device__ inline float score_trial(const ScanOutputs& out, LocalDigest& digest,
   }
   return Z;
 }
+
+// Scores a finished trial with B > 0 into the digest and the compact candidate list; returns Z.
+// (Trials with B <= 0 have no Z and are not scored, SPEC 1: callers test B first.)
+__device__ inline float score_trial(const ScanOutputs& out, LocalDigest& digest, float A, float B, int x, int y,
+                                    int v) {
+  tally_trial(digest, A, B);
+  return rank_trial(out, digest, A, B, x, y, v);
+}
+
+// The Z a trial must reach to enter a top-k list with bound `b`: -inf while the list has room.
+__device__ inline float list_entry_floor(const TopKBound& b) { return b.velocity == INT_MAX ? -INFINITY : b.Z; }
+
+// Which scored trials need their Z (a division and a square root): those that may reach the
+// smallest of the threshold, the candidate threshold, the digest's maximum so far and the Z that
+// enters the origin's list (`list_floor`: +inf without lists). Z >= floor >= 0 needs A >= 0 and
+// A^2 >= floor^2 B; the test keeps a margin of 1e-5, far above the float roundings involved, so
+// no trial that could change the digest, the candidates or the lists is skipped. A negative or
+// unset floor passes every trial.
+struct ScoreGate {
+  float gate = -1.0f;  // < 0: every trial
+  __device__ ScoreGate(const ScanOutputs& out, const LocalDigest& digest, float list_floor) {
+    if (digest.velocity < 0) return;
+    double floor = fmin(out.z_thr, double(fminf(digest.maxZ, list_floor)));
+    if (out.collect) floor = fmin(floor, out.candidate_threshold);
+    if (floor >= 0) gate = float(floor * floor) * (1.0f - 1e-5f);
+  }
+  __device__ bool passes(float A, float B) const { return gate < 0 || (A >= 0 && A * A >= gate * B); }
+};
 
 // Scores one finished trial and offers it to the origin's list in global memory (none when
 // `list` is null). SortedLists: the insertion that keeps lists sorted, for cuda-serial: with
