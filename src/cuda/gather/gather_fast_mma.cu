@@ -307,10 +307,10 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
             !SharedLists && origin_in && out.top_k > 0 ? topk_list(out, x, y, blockIdx.z * NWV + warp_v) : nullptr;
         float floor = -INFINITY;
         if constexpr (SharedLists) floor = lists.floor_of(p - first, o);
-        // Without block lists, most trials skip their Z (ScoreGate): kbmod fp16 17.7 -> 17.3 ms,
+        // Without block lists, most trials skip their Z (ZGate): kbmod fp16 17.7 -> 17.3 ms,
         // dense 90.7 -> 89.9 (H200). With them the gate cost spills and slowed the top-8 scan
         // (20.3 -> 20.8 ms device), so that kernel scores every trial.
-        const ScoreGate gate(out, digest, list ? list_entry_floor(bound[j]) : INFINITY);
+        const ZGate gate = score_gate(out, digest, list ? list_entry_floor(bound[j]) : INFINITY);
 #pragma unroll
         for (int i = 0; i < RV; ++i) {
           // Lanes t and t^2 hold the high- and low-weight halves of the same trials: add them.

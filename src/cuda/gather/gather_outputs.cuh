@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/z_gate.cuh"
+
 namespace shiftstack::cuda {
 
 // A block's share of the digest; the host merges them in a fixed order (block key order), so the
@@ -217,22 +219,15 @@ __device__ inline float score_trial(const ScanOutputs& out, LocalDigest& digest,
 // The Z a trial must reach to enter a top-k list with bound `b`: -inf while the list has room.
 __device__ inline float list_entry_floor(const TopKBound& b) { return b.velocity == INT_MAX ? -INFINITY : b.Z; }
 
-// Which scored trials need their Z (a division and a square root): those that may reach the
-// smallest of the threshold, the candidate threshold, the digest's maximum so far and the Z that
-// enters the origin's list (`list_floor`: +inf without lists). Z >= floor >= 0 needs A >= 0 and
-// A^2 >= floor^2 B; the test keeps a margin of 1e-5, far above the float roundings involved, so
-// no trial that could change the digest, the candidates or the lists is skipped. A negative or
-// unset floor passes every trial.
-struct ScoreGate {
-  float gate = -1.0f;  // < 0: every trial
-  __device__ ScoreGate(const ScanOutputs& out, const LocalDigest& digest, float list_floor) {
-    if (digest.velocity < 0) return;
-    double floor = fmin(out.z_thr, double(fminf(digest.maxZ, list_floor)));
-    if (out.collect) floor = fmin(floor, out.candidate_threshold);
-    if (floor >= 0) gate = float(floor * floor) * (1.0f - 1e-5f);
-  }
-  __device__ bool passes(float A, float B) const { return gate < 0 || (A >= 0 && A * A >= gate * B); }
-};
+// The gate of a gather's scored trials (ZGate): the floor is the smallest of the threshold, the
+// candidate threshold, the digest's maximum so far and `list_floor`, the Z that enters the
+// origin's list (+inf without lists); no gate before the digest has a maximum.
+__device__ inline ZGate score_gate(const ScanOutputs& out, const LocalDigest& digest, float list_floor) {
+  if (digest.velocity < 0) return ZGate{};
+  double floor = fmin(out.z_thr, double(fminf(digest.maxZ, list_floor)));
+  if (out.collect) floor = fmin(floor, out.candidate_threshold);
+  return ZGate(floor);
+}
 
 // Scores one finished trial and offers it to the origin's list in global memory (none when
 // `list` is null). SortedLists: the insertion that keeps lists sorted, for cuda-serial: with

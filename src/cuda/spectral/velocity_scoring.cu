@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "cuda/common/z_gate.cuh"
 #include "spectra.cuh"
 
 namespace shiftstack::cuda {
@@ -321,29 +322,23 @@ __device__ void rank(ThreadDigest& mine, long long velocity, int x, int y, float
   }
 }
 
-// Which trials rank() must see: those whose Z may reach the smallest of the threshold, the
-// candidate threshold and the thread's maximum so far. Z >= floor >= 0 needs A >= 0 and
-// A^2 >= floor^2 B; the test keeps a margin of 1e-5 (many float roundings), so no trial that
-// could change a result is skipped, and almost all others (Z near 0) cost two products instead of
-// a division and a square root. A negative or unset floor passes every trial.
-struct RankGate {
-  float gate = -1.0f;  // < 0: every trial
-  __device__ RankGate(const ThreadDigest& mine, double z_thr, const ScoreOutputs& out) {
-    if (mine.argmax_x < 0) return;
-    double floor = fmin(z_thr, mine.maxZ);
-    if (out.collect) floor = fmin(floor, out.candidate_threshold);
-    if (floor >= 0) gate = float(floor * floor) * (1.0f - 1e-5f);
-  }
-  __device__ bool passes(float A, float B) const { return gate < 0 || (A >= 0 && A * A >= gate * B); }
-};
+// The gate of the thread's scored trials (ZGate): the floor is the smallest of the threshold, the
+// candidate threshold and the thread's maximum so far; no gate before it has a maximum.
+__device__ ZGate rank_gate(const ThreadDigest& mine, double z_thr, const ScoreOutputs& out) {
+  if (mine.argmax_x < 0) return ZGate{};
+  double floor = fmin(z_thr, mine.maxZ);
+  if (out.collect) floor = fmin(floor, out.candidate_threshold);
+  return ZGate(floor);
+}
 
-// A scored trial (B trusted, clamped, or untrusted) into the thread's digest and candidates, or
-// onto the recompute list.
-__device__ void offer(ThreadDigest& mine, long long velocity, int x, int y, float A, float B, bool clamped,
-                      bool untrusted, double z_thr, const ScoreOutputs& out) {
+// A scored trial (B trusted, clamped, or untrusted) into the thread's digest, and ranked when the
+// gate passes it, or onto the recompute list.
+__device__ __forceinline__ void offer(ThreadDigest& mine, long long velocity, int x, int y, float A, float B,
+                                      bool clamped, bool untrusted, double z_thr, const ScoreOutputs& out,
+                                      const ZGate& gate) {
   if (untrusted) return list_for_recompute(velocity, x, y, out);
   tally(mine, A, B, clamped);
-  rank(mine, velocity, x, y, A, B, z_thr, out);
+  if (gate.passes(A, B)) rank(mine, velocity, x, y, A, B, z_thr, out);
 }
 
 // A DigestPartial from another lane of the warp.
@@ -404,7 +399,8 @@ __global__ void __launch_bounds__(32, kScoreBlocks) score_kernel(ScoreInputs in,
         found = __any_sync(0xffffffffu, k < in.exposures && informative_at(in, sx, sy, fx, fy, __ldg(in.probe_order + k), h.x, h.y));
       }
       if (found && lane == 0)
-        offer(mine, velocity, h.x, h.y, h.A, h.B, (h.flags & kClamped) != 0, (h.flags & kUntrusted) != 0, z_thr, out);
+        offer(mine, velocity, h.x, h.y, h.A, h.B, (h.flags & kClamped) != 0, (h.flags & kUntrusted) != 0, z_thr, out,
+              ZGate{});
     }
     queued = 0;
     __syncwarp();
@@ -441,20 +437,13 @@ __global__ void __launch_bounds__(32, kScoreBlocks) score_kernel(ScoreInputs in,
                    ((__ldg(probe_column + px * in.words_per_column) >> probe_bit) & 1u);
         }
       }
-      const RankGate gate(mine, z_thr, out);
+      const ZGate gate = rank_gate(mine, z_thr, out);
 #pragma unroll
       for (int u = 0; u < kTrialsInFlight; ++u) {
         const int x = in.rx0 + i0 + u;
         const bool inside = j < in.rh && i0 + u < in.rw;
         if (inside && !hit[u]) hit[u] = extreme_probes_hit<Fractional>(in, probes, x, y);
-        if (hit[u]) {
-          if (untrusted[u]) {
-            list_for_recompute(velocity, x, y, out);
-          } else {
-            tally(mine, A[u], B[u], clamped[u]);
-            if (gate.passes(A[u], B[u])) rank(mine, velocity, x, y, A[u], B[u], z_thr, out);
-          }
-        }
+        if (hit[u]) offer(mine, velocity, x, y, A[u], B[u], clamped[u], untrusted[u], z_thr, out, gate);
         const bool hard_trial = inside && !hit[u];
         const unsigned ballot = __ballot_sync(0xffffffffu, hard_trial);
         if (hard_trial)
