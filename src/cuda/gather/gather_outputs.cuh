@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/common/z_gate.cuh"
+#include "cuda/common/z_gate.hpp"
 
 namespace shiftstack::cuda {
 

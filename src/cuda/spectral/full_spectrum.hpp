@@ -3,11 +3,7 @@
 #pragma once
 #include <cstddef>
 
-#if defined(__CUDACC__)
-#define SHIFTSTACK_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define SHIFTSTACK_HOST_DEVICE inline
-#endif
+#include "cuda/common/host_device.hpp"
 
 namespace shiftstack::cuda {
 

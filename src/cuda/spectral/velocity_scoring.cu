@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "cuda/common/z_gate.cuh"
+#include "cuda/common/z_gate.hpp"
 #include "spectra.cuh"
 
 namespace shiftstack::cuda {

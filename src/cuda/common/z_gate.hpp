@@ -1,7 +1,9 @@
 // Which scored trials need their Z = A / sqrt(B) (a division and a square root), shared by the
-// gathers' and the Fourier route's scoring.
+// gathers' and the Fourier route's scoring. Host code too, so that it is tested without a GPU
+// (tests/cuda/test_z_gate.cpp).
 #pragma once
-#include <cuda_runtime.h>
+
+#include "cuda/common/host_device.hpp"
 
 namespace shiftstack::cuda {
 
@@ -14,10 +16,10 @@ namespace shiftstack::cuda {
 struct ZGate {
   float gate = -1.0f;  // < 0: every trial
   ZGate() = default;
-  __device__ explicit ZGate(double floor) {
+  SHIFTSTACK_HOST_DEVICE explicit ZGate(double floor) {
     if (floor >= 0) gate = float(floor * floor) * (1.0f - 1e-5f);
   }
-  __device__ bool passes(float A, float B) const { return gate < 0 || (A >= 0 && A * A >= gate * B); }
+  SHIFTSTACK_HOST_DEVICE bool passes(float A, float B) const { return gate < 0 || (A >= 0 && A * A >= gate * B); }
 };
 
 }  // namespace shiftstack::cuda
