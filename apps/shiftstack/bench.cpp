@@ -140,6 +140,36 @@ struct StageRecorder {
 #endif
 };
 
+// The stages an engine times itself (SearchResult::stages_ms; the gathers' host and device
+// parts): the median of each over the timed runs, in the engine's order.
+struct EngineStageRecorder {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<double>> values;
+  void after_run(const SearchResult& r) {
+    for (const auto& [name, ms] : r.stages_ms) {
+      if (!values.count(name)) order.push_back(name);
+      values[name].push_back(ms);
+    }
+  }
+  void write(nlohmann::json& record) const {
+    if (order.empty()) return;
+    nlohmann::json stages = nlohmann::json::object();
+    for (const std::string& name : order) stages[name] = median(values.at(name));
+    stages["note"] = "engine-reported; host wall clock except 'device' (device events); median over the runs";
+    record["engine_stages_ms"] = stages;
+  }
+  void print() const {
+    if (order.empty()) return;
+    std::string line;
+    for (const std::string& name : order) {
+      char part[96];
+      std::snprintf(part, sizeof part, "%s%s %.3g", line.empty() ? "" : ", ", name.c_str(), median(values.at(name)));
+      line += part;
+    }
+    std::printf("%-14s %-8s engine stages (ms): %s\n", "", "", line.c_str());
+  }
+};
+
 // User + system time of the whole process (every thread), in seconds.
 double process_cpu_seconds() {
   timespec t{};
@@ -400,6 +430,7 @@ void run_bench(const BenchOptions& o) {
       Digest digest;
       bool deterministic = true;
       StageRecorder stages(*engine);
+      EngineStageRecorder engine_stages;
       for (int run = 0; run < o.warmup + o.runs; ++run) {
         const bool timed = run >= o.warmup;
         progress.show("bench: " + engine_name + " " + encoding + (timed ? " run " : " warm-up ") +
@@ -420,6 +451,7 @@ void run_bench(const BenchOptions& o) {
           engine_seconds.push_back(r.seconds);
           wall_seconds.push_back(wall);
           stages.after_run();
+          engine_stages.after_run(r);
         }
       }
       progress.clear();
@@ -431,6 +463,7 @@ void run_bench(const BenchOptions& o) {
       if (o.top_k > 0) record["engine_seconds_median"] = median(engine_seconds);
       record["wall_seconds_median"] = median(wall_seconds);  // host clock around search(): setup included
       stages.write(record);
+      engine_stages.write(record);
 #ifdef SHIFTSTACK_HAVE_CUDA
       if (engine_name == "cuda-fast") record["variant"] = cuda::last_fast_variant();
 #endif
@@ -512,6 +545,7 @@ void run_bench(const BenchOptions& o) {
                   record["seconds_max"].get<double>(), paired_samples / t, digest.maxZ,
                   static_cast<long long>(digest.count), agrees.c_str());
       stages.print();
+      engine_stages.print();
       if (record.contains("tree")) print_tree_record(record["tree"]);
       if (record.contains("cuda_tree")) {
         const auto& t = record["cuda_tree"];

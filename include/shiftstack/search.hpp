@@ -6,6 +6,7 @@
 #include <mutex>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shiftstack/digest.hpp"
@@ -69,6 +70,9 @@ struct SearchResult {
   std::string engine;
   double seconds = 0;                 // engine-reported time of the scan
   std::string note;                   // engine remarks, e.g. a fallback and its reason
+  // Where the engine's wall time went, in its own named stages (milliseconds, in order), for
+  // benchmarks; empty where the engine does not time its stages.
+  std::vector<std::pair<std::string, double>> stages_ms;
 };
 
 class Engine {

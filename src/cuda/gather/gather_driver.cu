@@ -1,5 +1,6 @@
 // Host orchestration of the CUDA gathers and their shared post-processing kernels.
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -216,6 +217,14 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
   const OutputPolicy& policy = input.policy;
   const int k = policy.top_k;
   require(k >= 0, "top_k must be >= 0");
+  // Host wall clock of the search's parts (SearchResult::stages_ms), so that the host's share of
+  // a top-k search shows beside the device time.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point entered = Clock::now();
+  auto ms_since = [](Clock::time_point from) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - from).count();
+  };
+  double prepare_ms = 0, scan_wall_ms = 0, download_ms = 0, assemble_ms = 0;
 
   const GatherGeometry geometry = method.prepare(input);
   require(geometry.lists_per_origin <= 64, "internal: too many top-k lists per origin");
@@ -288,7 +297,9 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
   std::vector<int> host_candidate_obs;
   double seconds = 0;
 
+  prepare_ms = ms_since(entered);
   for (;;) {  // reruns only when the candidate list outgrew its buffer
+    scan_wall_ms = download_ms = assemble_ms = 0;
     candidates.resize(capacity);
     candidate_obs.resize(capacity);
     out.candidates = candidates.get();
@@ -304,6 +315,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
       out.tile_width = tile.origins.width;
       out.tile_height = tile.origins.height;
       const long long tile_origins = tile.origins.count();
+      const Clock::time_point launched = Clock::now();
       SHIFTSTACK_CUDA_CHECK(cudaEventRecord(start, stream));
       if (k > 0) {
         const long long n = tile_origins * geometry.lists_per_origin * k;
@@ -351,8 +363,10 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
       SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&scan_ms, start, scanned));
       SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&rest_ms, resumed, stop));
       seconds += 1e-3 * (scan_ms + rest_ms);
+      scan_wall_ms += ms_since(launched);
 
       if (k > 0) {
+        const Clock::time_point downloading = Clock::now();
         const std::size_t entries = std::size_t(tile_origins) * k;
         const TopKEntry* best = workspace.host_merged.get();
         const int* obs = workspace.host_topk_obs.get();
@@ -360,6 +374,8 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
                                          cudaMemcpyDeviceToHost));
         SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_topk_obs.get(), topk_obs.get(), entries * sizeof(int),
                                          cudaMemcpyDeviceToHost));
+        download_ms += ms_since(downloading);
+        const Clock::time_point assembling = Clock::now();
         // One Candidate per entry, independent of the others: spread over the host's threads
         // (half a million entries for a 256 x 256 CCD at k = 8).
         const auto origins = tile.origins;
@@ -379,6 +395,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
           c = Candidate{x, y, e.velocity, float(vel.vx), float(vel.vy), e.A, e.B, e.Z,
                         float(double(e.A) / double(e.B)), obs[i]};
         }
+        assemble_ms += ms_since(assembling);
       }
     }
     if (found <= capacity) {
@@ -425,6 +442,12 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
     return a.x < b.x;
   });
   result.seconds = seconds;
+  result.stages_ms = {{"prepare", prepare_ms},
+                      {"device", 1e3 * seconds},
+                      {"scan_wall", scan_wall_ms},
+                      {"topk_download", download_ms},
+                      {"topk_assemble", assemble_ms},
+                      {"total", ms_since(entered)}};
   return result;
 }
 

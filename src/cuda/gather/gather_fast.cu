@@ -198,24 +198,34 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
     const int* x_min = t.x_min + gx * E;
     const int* y_min = t.y_min + gy * E;
 
-    // Per-exposure byte offsets of each packet velocity from the thread's origin, and weights.
-    auto write_offsets = [&](int ch, int buf) {
+    // Per-exposure byte offsets of each packet velocity from the thread's origin, and weights:
+    // read from the tables with the chunk's pixels (their latency hides behind the sums), written
+    // with them. Thread q holds entry q of the chunk's offsets, threads below the chunk a weight.
+    static_assert(max_chunk * packet <= threads, "one offset per thread");
+    int next_offset = 0;
+    float2 next_weight = make_float2(0.0f, 0.0f);
+    auto read_offsets = [&](int ch) {
       const int e0 = ch * P.chunk;
-      for (int q = tid; q < P.chunk * packet; q += threads) {
-        const int c = q / packet, k = q - c * packet;
+      if (tid < P.chunk * packet) {
+        const int c = tid / packet, k = tid - c * packet;
         const int e = e0 + c;
         const int a = k % RV, b = k / RV;
-        int off = 0;
+        next_offset = 0;
         if (e < E && a < na && b < nb)
-          off = ((t.shift_y[(b0 + b) * E + e] - y_min[e]) * Pitch + (t.shift_x[(a0 + a) * E + e] - x_min[e])) *
-                stage_bytes;
-        offsets[(buf * max_chunk + c) * packet + k] = off;
+          next_offset = ((t.shift_y[(b0 + b) * E + e] - y_min[e]) * Pitch + (t.shift_x[(a0 + a) * E + e] - x_min[e])) *
+                        stage_bytes;
       }
-      for (int q = tid; q < P.chunk; q += threads) {
-        const int e = e0 + q;
-        weights[buf * max_chunk + q] =
-            e < E ? make_float2(view.psi_weight[e], view.phi_weight[e]) : make_float2(0.0f, 0.0f);
+      if (tid < P.chunk) {
+        const int e = e0 + tid;
+        next_weight = e < E ? make_float2(view.psi_weight[e], view.phi_weight[e]) : make_float2(0.0f, 0.0f);
       }
+    };
+    auto write_offsets = [&](int buf) {
+      if (tid < P.chunk * packet) {
+        const int c = tid / packet, k = tid - c * packet;
+        offsets[(buf * max_chunk + c) * packet + k] = next_offset;
+      }
+      if (tid < P.chunk) weights[buf * max_chunk + tid] = next_weight;
     };
 
     // Which window pixel each prefetch slot stages: the same for every chunk of the packet.
@@ -229,6 +239,7 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
       slot[s] = c < P.chunk ? (c << 16) | (wy << 8) | col : -1;
     }
     auto load_chunk = [&](int ch) {
+      read_offsets(ch);
       const int e0 = ch * P.chunk;
 #pragma unroll
       for (int s = 0; s < prefetch_slots; ++s) {
@@ -256,7 +267,7 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
         reinterpret_cast<Stage*>(staged + (buf * P.chunk + c) * window_bytes)[wy * Pitch + col] =
             stage_from_raw<S, Half>(view, raw[s], e, block_x0 + x_min[e] + col, block_y0 + y_min[e] + wy);
       }
-      write_offsets(ch, buf);
+      write_offsets(buf);
     };
 
     float A[RV][RY], B[RV][RY];
@@ -543,6 +554,9 @@ class FastMethod final : public GatherMethod {
       const GroupWindows w = group_windows(tables_.x(), tables_.y(), input.bank->exposures());
       group_x_min_.upload(w.x_min);
       group_y_min_.upload(w.y_min);
+      const ChunkTableSizes sizes = chunk_table_sizes(i, tables_.packets(), input.bank->exposures());
+      chunk_offsets_.resize(sizes.offsets);
+      chunk_fragments_.resize(sizes.fragments);
     }
     {
       std::lock_guard guard(variant_lock());
@@ -564,6 +578,9 @@ class FastMethod final : public GatherMethod {
       params.group_x_min = group_x_min_.get();
       params.group_y_min = group_y_min_.get();
       params.copy_width = plan_.copy_width;
+      form_chunk_tables(params, plan_.variant->info, chunk_offsets_.get(), chunk_fragments_.get(), stream);
+      params.chunk_offsets = chunk_offsets_.get();
+      params.chunk_fragments = chunk_fragments_.get();
     }
     const dim3 grid((out.tile_width + warp_size - 1) / warp_size, (out.tile_height + rows_ - 1) / rows_,
                     groups_);
@@ -584,6 +601,8 @@ class FastMethod final : public GatherMethod {
  private:
   PacketTableSet tables_;
   DeviceArray<int> group_x_min_, group_y_min_;
+  DeviceArray<int> chunk_offsets_;
+  DeviceArray<uint2> chunk_fragments_;
   DeviceArray<uint4> grouped_;
   VariantPlan plan_;
   Encoding encoding_ = Encoding::fp32;
@@ -626,11 +645,13 @@ class FastEngine final : public Engine {
       last_variant() = ran;
       return result;
     }
-    FastMethod method;
-    return run_gather(method, input, workspace_);
+    return run_gather(method_, input, workspace_);
   }
 
  private:
+  // Kept from one search to the next, as the workspace: its device tables and the exposure-grouped
+  // copy then grow once instead of being allocated and freed by every search.
+  FastMethod method_;
   GatherWorkspace workspace_;
 };
 

@@ -37,6 +37,10 @@ struct FastParams {
   const int* group_x_min = nullptr;                              // [x run * groups + group]
   const int* group_y_min = nullptr;                              // [y run * groups + group]
   int copy_width = 0;                                            // window pixels copied per row
+  // Formed on the device before each scan (chunk_tables_kernel), so that staging a chunk is
+  // asynchronous copies only and no table lookup waits in the scan's critical path:
+  const int* chunk_offsets = nullptr;      // [packet][chunk][max_chunk][offset row]: byte offsets
+  const uint2* chunk_fragments = nullptr;  // [chunk][group of the chunk][lane]: the weights' B fragments
   // Byte offset of the block's top-k lists in dynamic shared memory (BlockLists), or -1 when the
   // lists are offered in global memory.
   int block_lists_offset = -1;
@@ -153,6 +157,14 @@ std::vector<FastVariant> tensor_core_variants();
 // Their window geometry and shared memory for an input, or why one cannot run it.
 VariantPlan plan_tensor_core_variant(const FastVariant& v, const AxisRuns& x, const AxisRuns& y, int exposures);
 GroupWindows group_windows(const AxisRuns& x, const AxisRuns& y, int exposures);
+// The sizes of FastParams::chunk_offsets (ints) and chunk_fragments (uint2) for a variant.
+struct ChunkTableSizes {
+  std::size_t offsets = 0, fragments = 0;
+};
+ChunkTableSizes chunk_table_sizes(const FastVariantInfo& i, int packets, int exposures);
+// Forms them on `stream` from P's view (weights), tables and group windows.
+void form_chunk_tables(const FastParams& P, const FastVariantInfo& i, int* offsets, uint2* fragments,
+                       cudaStream_t stream);
 // Writes the tile's pairs regrouped by four exposures per pixel, as half2 (psi, phi), into
 // `grouped` (groups x rect.height x pitch pixels of 16 bytes), on `stream`.
 void regroup_exposures(const StackView& view, uint4* grouped, int groups, cudaStream_t stream);

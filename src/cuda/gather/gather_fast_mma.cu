@@ -148,8 +148,10 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
   static_assert(Stages >= 2, "at least double buffering");
 
   // Shared memory, Stages buffers of each: [windows: groups_per_chunk x window_elems pixels]
-  // [offsets: max_chunk x packet] [B fragments: groups_per_chunk x 32 lanes]. Copies run
-  // Stages - 1 chunks ahead of the sums, so the L2 latency hides behind several chunks.
+  // [offsets: max_chunk x packet] [B fragments: groups_per_chunk x 32 lanes]; then the windows'
+  // origins per group of four exposures ([packet parity][x, y][Q]). Copies run Stages - 1 chunks
+  // ahead of the sums, so the L2 latency hides behind several chunks; the offsets and fragments
+  // come formed (chunk_tables_kernel), so staging a chunk waits on no table lookup.
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ LocalDigest scratch[NWY * NWV];
   __shared__ unsigned int scale_scratch[2];
@@ -159,6 +161,7 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
   const int window_bytes = P.window_elems * pixel_bytes;
   int* offsets = reinterpret_cast<int*>(staged + Stages * groups_per_chunk * window_bytes);
   uint2* fragments = reinterpret_cast<uint2*>(offsets + Stages * max_chunk * offset_row);
+  int* origins = reinterpret_cast<int*>(fragments + Stages * groups_per_chunk * warp_size);
 
   const int tid = threadIdx.x, lane = tid & 31, warp_id = tid >> 5;
   const int g = lane >> 2, tg = lane & 3;
@@ -183,14 +186,26 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
   if constexpr (SharedLists) lists.clear(tid, threads);  // visible after the first chunk's barrier
   const uint4* grouped = P.grouped;
   const std::size_t group_plane = std::size_t(view.rect.height) * view.pitch;
+  // Packet p's window origins into buffer `parity`; once per packet, so their latency does not
+  // matter, and read from shared memory by every chunk's copies.
+  auto load_origins = [&](int p, int parity) {
+    const int gx = p % t.x_groups, gy = p / t.x_groups;
+    int* to = origins + parity * 2 * Q;
+    for (int i = tid; i < 2 * Q; i += threads)
+      to[i] = i < Q ? P.group_x_min[gx * Q + i] : P.group_y_min[gy * Q + i - Q];
+  };
+  if (first < last) load_origins(first, 0);
+  __syncthreads();
 
   for (int p = first; p < last; ++p) {
     const int gx = p % t.x_groups, gy = p / t.x_groups;
-    const int a0 = t.x_start[gx], na = t.x_count[gx];
+    const int na = t.x_count[gx];
+    const int a0 = t.x_start[gx];
     const int b0 = t.y_start[gy], nb = t.y_count[gy];
     const bool v_active = warp_v < nb;
-    const int* group_x = P.group_x_min + gx * Q;
-    const int* group_y = P.group_y_min + gy * Q;
+    const int* group_x = origins + ((p - first) & 1) * 2 * Q;
+    const int* group_y = group_x + Q;
+    const int* packet_offsets = P.chunk_offsets + std::size_t(p) * chunks * max_chunk * offset_row;
 
     // Which window pixels this thread copies: the same for every chunk of the packet.
     const int per_group = P.window_rows * P.copy_width;
@@ -226,24 +241,16 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
         }
         copy_16_or_zero(to, from, bytes);
       }
-      for (int k = tid; k < max_chunk * packet; k += threads) {
-        const int c = k / packet, v = k - c * packet;
-        const int e = q0 * mma_group + c;
-        const int q = q0 + c / mma_group;
-        const int a = v % RV, b = v / RV;
-        int off = 0;
-        if (e < E && a < na && b < nb)
-          off = ((t.shift_y[(b0 + b) * E + e] - group_y[q]) * Pitch + (t.shift_x[(a0 + a) * E + e] - group_x[q])) *
-                    pixel_bytes +
-                (c % mma_group) * 4;
-        offsets[(buf * max_chunk + c) * offset_row + v] = off;
-      }
-      for (int k = tid; k < groups_per_chunk * warp_size; k += threads) {
-        const int h = k / warp_size, l = k - h * warp_size;
-        const int e = (q0 + h) * mma_group + (l & 3);
-        const float psi_w = e < E ? view.psi_weight[e] * scale.x : 0.0f;
-        const float phi_w = e < E ? view.phi_weight[e] * scale.y : 0.0f;
-        fragments[(buf * groups_per_chunk + h) * warp_size + l] = weight_fragment(psi_w, phi_w, l >> 2);
+      // The chunk's offset rows and B fragments, 16 bytes per copy.
+      constexpr int offset_copies = max_chunk * offset_row / 4;
+      constexpr int fragment_copies = groups_per_chunk * warp_size / 2;
+      for (int k = tid; k < offset_copies + fragment_copies; k += threads) {
+        if (k < offset_copies)
+          copy_16_or_zero(offsets + buf * max_chunk * offset_row + 4 * k,
+                          packet_offsets + std::size_t(ch) * max_chunk * offset_row + 4 * k, 16);
+        else
+          copy_16_or_zero(fragments + buf * groups_per_chunk * warp_size + 2 * (k - offset_copies),
+                          P.chunk_fragments + std::size_t(ch) * groups_per_chunk * warp_size + 2 * (k - offset_copies), 16);
       }
     };
 
@@ -293,6 +300,8 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
       copy_async_commit();
       accumulate(ch % Stages);
     }
+    // The next packet's origins go to the other buffer, which no copy of this packet reads.
+    if (p + 1 < last) load_origins(p + 1, (p + 1 - first) & 1);
     __syncthreads();  // the next packet's copies overwrite buffers still being read
 
     if (v_active) {
@@ -347,6 +356,49 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
   write_block_digest(out, digest, key, scratch);
 }
 
+// The tables the tensor-core kernel copies per chunk (FastParams::chunk_offsets,
+// chunk_fragments): every packet's byte offsets into its windows, the window origin of each group
+// of four exposures subtracted and the lane's exposure within the pixel added, and every chunk's B
+// fragments. Padding entries are zero.
+__global__ void chunk_tables_kernel(StackView view, PacketTables t, const int* group_x_min, const int* group_y_min,
+                                    int Q, int chunks, int vx_per_thread, int packet, int offset_row, int pitch,
+                                    int* offsets, uint2* fragments) {
+  constexpr int groups_per_chunk = max_chunk / mma_group;
+  constexpr int pixel_bytes = 16;
+  __shared__ unsigned int scale_scratch[2];
+  const int E = t.exposures;
+  const float2 scale = weight_scales(view, E, scale_scratch);  // as the scan computes it
+  const long long per_packet = (long long)chunks * max_chunk * offset_row;
+  const long long total = per_packet * t.x_groups * t.y_groups;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int p = int(i / per_packet);
+    const int r = int(i - p * per_packet);
+    const int v = r % offset_row, row = r / offset_row;  // row = chunk * max_chunk + exposure of the chunk
+    const int c = row % max_chunk;
+    const int e = (row / max_chunk) * groups_per_chunk * mma_group + c;
+    const int gx = p % t.x_groups, gy = p / t.x_groups;
+    const int a = v % vx_per_thread, b = v / vx_per_thread;
+    int off = 0;
+    if (v < packet && e < E && a < t.x_count[gx] && b < t.y_count[gy]) {
+      const int q = e / mma_group;
+      off = ((t.shift_y[(t.y_start[gy] + b) * E + e] - group_y_min[gy * Q + q]) * pitch +
+             (t.shift_x[(t.x_start[gx] + a) * E + e] - group_x_min[gx * Q + q])) *
+                pixel_bytes +
+            (c % mma_group) * 4;
+    }
+    offsets[i] = off;
+  }
+  const long long lanes = (long long)chunks * groups_per_chunk * warp_size;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < lanes; i += stride) {
+    const int l = int(i % warp_size);
+    const int e = int(i / warp_size) * mma_group + (l & 3);
+    const float psi_w = e < E ? view.psi_weight[e] * scale.x : 0.0f;
+    const float phi_w = e < E ? view.phi_weight[e] * scale.y : 0.0f;
+    fragments[i] = weight_fragment(psi_w, phi_w, l >> 2);
+  }
+}
+
 // Tensor-core sums: fp16 storage, and int8 storage without exception codes (its codes are
 // decoded to halves when the tile is regrouped); fp32 values would not fit in half operands.
 template <int RV, int RY, int NWY, int NWV, int Pitch, int Stages, int MinBlocks = 1>
@@ -375,6 +427,29 @@ std::vector<FastVariant> tensor_core_variants() {
       make_mma_variant<8, 2, 4, 2, 40, 3, 2>(),
       make_mma_variant<4, 2, 4, 4, 40, 3>(),
   };
+}
+
+ChunkTableSizes chunk_table_sizes(const FastVariantInfo& i, int packets, int exposures) {
+  const int Q = (exposures + mma_group - 1) / mma_group;
+  const int groups_per_chunk = max_chunk / mma_group;
+  const int chunks = (Q + groups_per_chunk - 1) / groups_per_chunk;
+  const int offset_row = mma_offset_row(i.vx_per_thread * i.warps_v);
+  return ChunkTableSizes{std::size_t(packets) * chunks * max_chunk * offset_row,
+                         std::size_t(chunks) * groups_per_chunk * warp_size};
+}
+
+void form_chunk_tables(const FastParams& P, const FastVariantInfo& i, int* offsets, uint2* fragments,
+                       cudaStream_t stream) {
+  const int Q = P.exposure_groups;
+  const int groups_per_chunk = max_chunk / mma_group;
+  const int chunks = (Q + groups_per_chunk - 1) / groups_per_chunk;
+  const int packet = i.vx_per_thread * i.warps_v;
+  const ChunkTableSizes sizes = chunk_table_sizes(i, P.t.x_groups * P.t.y_groups, P.t.exposures);
+  const int blocks = int(std::min<std::size_t>((sizes.offsets + 255) / 256, 1024));
+  chunk_tables_kernel<<<blocks, 256, 0, stream>>>(P.view, P.t, P.group_x_min, P.group_y_min, Q, chunks,
+                                                  i.vx_per_thread, packet, mma_offset_row(packet), i.pitch, offsets,
+                                                  fragments);
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 
 void regroup_exposures(const StackView& view, uint4* grouped, int groups, cudaStream_t stream) {
@@ -440,8 +515,10 @@ VariantPlan plan_tensor_core_variant(const FastVariant& v, const AxisRuns& x, co
   }
   const int packet = i.vx_per_thread * i.warps_v;
   plan.chunk = max_chunk;
+  const int origin_bytes = 2 * 2 * ((exposures + mma_group - 1) / mma_group) * 4;  // [parity][x, y][Q]
   plan.shared_bytes = v.stages * (groups_per_chunk * plan.window_elems * 16 + max_chunk * mma_offset_row(packet) * 4 +
-                                  groups_per_chunk * warp_size * 8);
+                                  groups_per_chunk * warp_size * 8) +
+                      origin_bytes;
   if (plan.shared_bytes > max_shared_memory_per_block()) {
     plan.problem = "packet footprint exceeds shared memory (" + std::to_string(plan.window_rows) + " rows)";
     return plan;
