@@ -86,16 +86,16 @@ ShiftExtent shift_extent(const MotionBank& bank) {
     ext.max_y = std::max(ext.max_y, hi(sy));
   };
   const int E = bank.exposures();
-  if (bank.is_cartesian()) {
-    // x depends only on vx and y only on vy: visit the axes, not the whole grid.
+  if (bank.is_cartesian() && !bank.vx_axis.empty() && !bank.vy_axis.empty()) {
+    // x depends only on vx and y only on vy, each through s = v dt + c, which (rounded as
+    // computed) never decreases or never increases with v; lo and hi never decrease with s. So
+    // the extremes lie at each axis's smallest and largest value: four visits per exposure.
+    const auto [vx_lo, vx_hi] = std::minmax_element(bank.vx_axis.begin(), bank.vx_axis.end());
+    const auto [vy_lo, vy_hi] = std::minmax_element(bank.vy_axis.begin(), bank.vy_axis.end());
     for (int e = 0; e < E; ++e)
-      for (double vx : bank.vx_axis)
-        for (double vy : {bank.vy_axis.front(), bank.vy_axis.back()})
+      for (double vx : {*vx_lo, *vx_hi})
+        for (double vy : {*vy_lo, *vy_hi})
           visit(vx * bank.dt(e) + bank.curve_at_x(e), vy * bank.dt(e) + bank.curve_at_y(e));
-    for (int e = 0; e < E; ++e)
-      for (double vy : bank.vy_axis)
-        visit(bank.vx_axis.front() * bank.dt(e) + bank.curve_at_x(e),
-              vy * bank.dt(e) + bank.curve_at_y(e));
   } else {
     for (std::size_t v = 0; v < bank.size(); ++v)
       for (int e = 0; e < E; ++e) visit(bank.shift_x(v, e), bank.shift_y(v, e));

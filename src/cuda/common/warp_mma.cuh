@@ -28,6 +28,12 @@ __device__ __forceinline__ void copy_4_or_zero(void* shared_destination, const v
                "l"(global_source), "r"(bytes)
                : "memory");
 }
+// 8 bytes global -> shared through L1 (.ca); `bytes` 0 writes zeros and reads nothing.
+__device__ __forceinline__ void copy_8_or_zero(void* shared_destination, const void* global_source, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(shared_address(shared_destination)),
+               "l"(global_source), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int pending>
 __device__ __forceinline__ void copy_async_wait() {

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "cuda/gather/bilinear_sample.cuh"
@@ -263,7 +264,15 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
   DeviceArray<TopKEntry>& lists = workspace.lists;
   DeviceArray<TopKEntry>& merged = workspace.merged;
   DeviceArray<int>& topk_obs = workspace.topk_obs;
+  // The bank's velocities as the result stores them, looked up by index when the lists are
+  // assembled.
+  std::vector<std::pair<float, float>> velocity_floats;
   if (k > 0) {
+    velocity_floats.resize(bank.size());
+    for (std::size_t v = 0; v < bank.size(); ++v) {
+      const Velocity vel = bank.velocity(v);
+      velocity_floats[v] = {float(vel.vx), float(vel.vy)};
+    }
     lists.resize(largest_tile * geometry.lists_per_origin * std::size_t(k));
     merged.resize(largest_tile * std::size_t(k));
     topk_obs.resize(largest_tile * std::size_t(k));
@@ -376,24 +385,29 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
                                          cudaMemcpyDeviceToHost));
         download_ms += ms_since(downloading);
         const Clock::time_point assembling = Clock::now();
-        // One Candidate per entry, independent of the others: spread over the host's threads
-        // (half a million entries for a 256 x 256 CCD at k = 8).
+        // One Candidate per entry, independent of the others: spread over the host's threads by
+        // rows of origins (half a million entries for a 256 x 256 CCD at k = 8). A row's entries
+        // are consecutive in the merged lists and in the result, so no entry needs a division.
         const auto origins = tile.origins;
-        Candidate* list = result.top_k.data();
+        const std::size_t row_entries = std::size_t(origins.width) * k;
 #pragma omp parallel for schedule(static) if (entries > 65536)
-        for (std::size_t i = 0; i < entries; ++i) {
-          const std::size_t o = i / k;
-          const int x = origins.x0 + int(o % origins.width);
-          const int y = origins.y0 + int(o / origins.width);
-          Candidate& c = list[(std::size_t(y - region.y0) * region.width + (x - region.x0)) * k + i % k];
-          const TopKEntry& e = best[i];
-          if (e.velocity == INT_MAX) {
-            c = Candidate{x, y, -1, 0, 0, 0, 0, -std::numeric_limits<float>::infinity(), 0, 0};
-            continue;
+        for (int row = 0; row < origins.height; ++row) {
+          const int y = origins.y0 + row;
+          const TopKEntry* e = best + std::size_t(row) * row_entries;
+          const int* e_obs = obs + std::size_t(row) * row_entries;
+          Candidate* c = result.top_k.data() + (std::size_t(y - region.y0) * region.width + (origins.x0 - region.x0)) * k;
+          for (int column = 0; column < origins.width; ++column) {
+            const int x = origins.x0 + column;
+            for (int slot = 0; slot < k; ++slot, ++e, ++e_obs, ++c) {
+              if (e->velocity == INT_MAX) {
+                *c = Candidate{x, y, -1, 0, 0, 0, 0, -std::numeric_limits<float>::infinity(), 0, 0};
+                continue;
+              }
+              const std::pair<float, float>& v = velocity_floats[std::size_t(e->velocity)];
+              *c = Candidate{x, y, e->velocity, v.first, v.second, e->A, e->B, e->Z,
+                             float(double(e->A) / double(e->B)), *e_obs};
+            }
           }
-          const Velocity vel = bank.velocity(std::size_t(e.velocity));
-          c = Candidate{x, y, e.velocity, float(vel.vx), float(vel.vy), e.A, e.B, e.Z,
-                        float(double(e.A) / double(e.B)), obs[i]};
         }
         assemble_ms += ms_since(assembling);
       }

@@ -11,6 +11,9 @@
 // compact candidate list and the top-k lists are fused into the end of each packet: every trial
 // is scored, and only partial digests, candidates and top-k entries leave the chip.
 //
+// fp32 pairs take no registers on the way: they are copied asynchronously, as stored, into the
+// buffer the last barrier freed.
+//
 // Staging formats: float staging holds (psi, phi) as floats (8 shared-memory bytes per sample);
 // half staging holds the raw fp16 pair or the int8 codes, which half precision represents
 // exactly (4 bytes per sample). An int8 stack with exception codes takes float staging, where the
@@ -30,6 +33,7 @@
 #include <vector>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/warp_mma.cuh"
 #include "cuda/gather/gather_bilinear.hpp"
 #include "cuda/gather/gather_driver.cuh"
 #include "cuda/gather/gather_fast.hpp"
@@ -166,6 +170,9 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
   constexpr int packet = RV * NWV;
   constexpr int stage_bytes = int(sizeof(Stage));
   static_assert(Pitch % 4 == 0 && Pitch >= warp_size && Pitch < 256, "window pitch");
+  // fp32 pairs are staged as stored (the view keeps invalid pairs as (0, 0), as stage_from_raw
+  // would make them): asynchronous copies straight into shared memory, no registers per pixel.
+  constexpr bool async_copy = S == StorageCode::fp32 && !Half;
 
   // Shared memory: [staged windows: 2 buffers x chunk exposures] [offsets] [weights].
   extern __shared__ __align__(16) unsigned char staged[];
@@ -241,31 +248,56 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
     auto load_chunk = [&](int ch) {
       read_offsets(ch);
       const int e0 = ch * P.chunk;
+      if constexpr (async_copy) {
+        // Straight into the chunk's buffer (ch & 1), which the last barrier freed.
+        unsigned char* buffer = staged + std::size_t((ch & 1) * P.chunk) * window_bytes;
 #pragma unroll
-      for (int s = 0; s < prefetch_slots; ++s) {
-        raw[s] = no_data<S>();
-        const int info = slot[s];
-        if (info < 0) continue;
-        const int e = e0 + (info >> 16);
-        if (e >= E) continue;
-        const int X = block_x0 + x_min[e] + (info & 0xff) - view.rect.x0;
-        const int Y = block_y0 + y_min[e] + ((info >> 8) & 0xff) - view.rect.y0;
-        if (static_cast<unsigned>(X) < static_cast<unsigned>(view.rect.width) &&
-            static_cast<unsigned>(Y) < static_cast<unsigned>(view.rect.height))
-          raw[s] = static_cast<const Raw*>(view.pairs)[(std::size_t(e) * view.rect.height + Y) * view.pitch + X];
+        for (int s = 0; s < prefetch_slots; ++s) {
+          const int info = slot[s];
+          if (info < 0) continue;
+          const int c = info >> 16, wy = (info >> 8) & 0xff, col = info & 0xff;
+          const int e = e0 + c;
+          if (e >= E) continue;
+          const int X = block_x0 + x_min[e] + col - view.rect.x0;
+          const int Y = block_y0 + y_min[e] + wy - view.rect.y0;
+          const bool inside = static_cast<unsigned>(X) < static_cast<unsigned>(view.rect.width) &&
+                              static_cast<unsigned>(Y) < static_cast<unsigned>(view.rect.height);
+          const Raw* from = static_cast<const Raw*>(view.pairs);
+          if (inside) from += (std::size_t(e) * view.rect.height + Y) * view.pitch + X;
+          copy_8_or_zero(buffer + c * window_bytes + (wy * Pitch + col) * stage_bytes, from, inside ? 8 : 0);
+        }
+      } else {
+#pragma unroll
+        for (int s = 0; s < prefetch_slots; ++s) {
+          raw[s] = no_data<S>();
+          const int info = slot[s];
+          if (info < 0) continue;
+          const int e = e0 + (info >> 16);
+          if (e >= E) continue;
+          const int X = block_x0 + x_min[e] + (info & 0xff) - view.rect.x0;
+          const int Y = block_y0 + y_min[e] + ((info >> 8) & 0xff) - view.rect.y0;
+          if (static_cast<unsigned>(X) < static_cast<unsigned>(view.rect.width) &&
+              static_cast<unsigned>(Y) < static_cast<unsigned>(view.rect.height))
+            raw[s] = static_cast<const Raw*>(view.pairs)[(std::size_t(e) * view.rect.height + Y) * view.pitch + X];
+        }
       }
     };
     auto store_chunk = [&](int ch, int buf) {
-      const int e0 = ch * P.chunk;
+      if constexpr (async_copy) {
+        copy_async_commit();
+        copy_async_wait<0>();  // the barrier that follows makes the copies visible to the block
+      } else {
+        const int e0 = ch * P.chunk;
 #pragma unroll
-      for (int s = 0; s < prefetch_slots; ++s) {
-        const int info = slot[s];
-        if (info < 0) continue;
-        const int c = info >> 16, wy = (info >> 8) & 0xff, col = info & 0xff;
-        const int e = e0 + c;
-        if (e >= E) continue;
-        reinterpret_cast<Stage*>(staged + (buf * P.chunk + c) * window_bytes)[wy * Pitch + col] =
-            stage_from_raw<S, Half>(view, raw[s], e, block_x0 + x_min[e] + col, block_y0 + y_min[e] + wy);
+        for (int s = 0; s < prefetch_slots; ++s) {
+          const int info = slot[s];
+          if (info < 0) continue;
+          const int c = info >> 16, wy = (info >> 8) & 0xff, col = info & 0xff;
+          const int e = e0 + c;
+          if (e >= E) continue;
+          reinterpret_cast<Stage*>(staged + (buf * P.chunk + c) * window_bytes)[wy * Pitch + col] =
+              stage_from_raw<S, Half>(view, raw[s], e, block_x0 + x_min[e] + col, block_y0 + y_min[e] + wy);
+        }
       }
       write_offsets(buf);
     };
@@ -519,11 +551,59 @@ VariantPlan choose_variant(const SearchInput& input, PacketTableSet* tables) {
   return none;
 }
 
+// What the automatic choice of a variant, and the tables it builds, depend on: a search that
+// repeats them (the same bank and image shape, as over the CCDs of a survey, or a benchmark's
+// runs) reuses the last choice and its device tables instead of planning and uploading again.
+struct ChoiceKey {
+  int device = -1;
+  SeparableShifts shifts;
+  std::size_t vx_count = 0, vy_count = 0;
+  Encoding encoding = Encoding::fp32;
+  bool exceptions = false;
+  std::string forced;
+  std::vector<std::string> preferred;
+
+  static ChoiceKey of(const SearchInput& input) {
+    ChoiceKey key;
+    SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&key.device));
+    key.shifts = integer_shifts(*input.bank);
+    key.vx_count = input.bank->vx_count();
+    key.vy_count = input.bank->vy_count();
+    key.encoding = input.stack->encoding;
+    key.exceptions = !input.stack->exceptions.empty();
+    {
+      std::lock_guard guard(variant_lock());
+      key.forced = forced_variant();
+    }
+    key.preferred = preferred_names();
+    return key;
+  }
+  bool operator==(const ChoiceKey& o) const {
+    return device == o.device && shifts.exposures == o.shifts.exposures && shifts.x == o.shifts.x &&
+           shifts.y == o.shifts.y && vx_count == o.vx_count && vy_count == o.vy_count && encoding == o.encoding &&
+           exceptions == o.exceptions && forced == o.forced && preferred == o.preferred;
+  }
+};
+
 class FastMethod final : public GatherMethod {
  public:
   GatherGeometry prepare(const SearchInput& input) override {
-    plan_ = choose_variant(input, &tables_);
-    require(plan_.problem.empty(), "cuda-fast cannot run this input: " + plan_.problem);
+    ChoiceKey key = ChoiceKey::of(input);
+    if (!chosen_ || !(key == chosen_for_)) {
+      chosen_ = false;
+      plan_ = choose_variant(input, &tables_);
+      require(plan_.problem.empty(), "cuda-fast cannot run this input: " + plan_.problem);
+      if (plan_.variant->info.tensor_cores) {
+        const GroupWindows w = group_windows(tables_.x(), tables_.y(), input.bank->exposures());
+        group_x_min_.upload(w.x_min);
+        group_y_min_.upload(w.y_min);
+        const ChunkTableSizes sizes = chunk_table_sizes(plan_.variant->info, tables_.packets(), input.bank->exposures());
+        chunk_offsets_.resize(sizes.offsets);
+        chunk_fragments_.resize(sizes.fragments);
+      }
+      chosen_for_ = std::move(key);
+      chosen_ = true;
+    }
     const FastVariantInfo& i = plan_.variant->info;
     kernel_ = plan_.variant->kernel[storage_index(input.stack->encoding)];
     encoding_ = input.stack->encoding;
@@ -550,14 +630,6 @@ class FastMethod final : public GatherMethod {
     const long long origin_blocks = (long long)((input.region.width + warp_size - 1) / warp_size) *
                                     ((input.region.height + rows_ - 1) / rows_);
     groups_ = velocity_groups(tables_.packets(), origin_blocks, multiprocessor_count(), per_sm, 64 / i.warps_v);
-    if (i.tensor_cores) {
-      const GroupWindows w = group_windows(tables_.x(), tables_.y(), input.bank->exposures());
-      group_x_min_.upload(w.x_min);
-      group_y_min_.upload(w.y_min);
-      const ChunkTableSizes sizes = chunk_table_sizes(i, tables_.packets(), input.bank->exposures());
-      chunk_offsets_.resize(sizes.offsets);
-      chunk_fragments_.resize(sizes.fragments);
-    }
     {
       std::lock_guard guard(variant_lock());
       last_variant() = i.name;
@@ -600,6 +672,8 @@ class FastMethod final : public GatherMethod {
 
  private:
   PacketTableSet tables_;
+  bool chosen_ = false;  // plan_ and the device tables hold the choice for chosen_for_
+  ChoiceKey chosen_for_;
   DeviceArray<int> group_x_min_, group_y_min_;
   DeviceArray<int> chunk_offsets_;
   DeviceArray<uint2> chunk_fragments_;
@@ -631,9 +705,16 @@ class FastEngine final : public Engine {
     if (!input.bank->is_cartesian())
       return "cuda-fast relies on separable shift tables of a Cartesian velocity grid; use "
              "cuda-serial for velocity lists";
-    const VariantPlan plan = choose_variant(input, nullptr);
-    if (!plan.problem.empty()) return "no cuda-fast variant fits this bank (" + plan.problem + "); use cuda-tiled";
-    return {};
+    ChoiceKey key = ChoiceKey::of(input);
+    std::lock_guard guard(reason_lock_);
+    if (!reason_known_ || !(key == reason_for_)) {
+      const VariantPlan plan = choose_variant(input, nullptr);
+      reason_ = plan.problem.empty() ? std::string()
+                                     : "no cuda-fast variant fits this bank (" + plan.problem + "); use cuda-tiled";
+      reason_for_ = std::move(key);
+      reason_known_ = true;
+    }
+    return reason_;
   }
   SearchResult search(const SearchInput& input) override {
     if (input.bank->mode == ShiftMode::fractional) {
@@ -653,6 +734,11 @@ class FastEngine final : public Engine {
   // copy then grow once instead of being allocated and freed by every search.
   FastMethod method_;
   GatherWorkspace workspace_;
+  // The last answer of unsupported_reason for integer shifts, and the inputs it answered.
+  mutable std::mutex reason_lock_;
+  mutable bool reason_known_ = false;
+  mutable ChoiceKey reason_for_;
+  mutable std::string reason_;
 };
 
 }  // namespace
