@@ -58,12 +58,11 @@ __global__ void sort_lists_kernel(TopKEntry* lists, int lists_per_origin, int k,
 // each round the warp picks the best head (velocities are unique, so there are no ties) and its
 // lane advances. Every list entry is read at most once.
 constexpr int kMergeWarps = 8;
-// Origins [begin, end) of the tile's `origins`.
 __global__ void merge_lists_kernel(const TopKEntry* lists, int lists_per_origin, int k, long long origins,
-                                   long long begin, long long end, TopKEntry* merged) {
-  const long long o = begin + blockIdx.x * static_cast<long long>(kMergeWarps) + threadIdx.x / 32;
+                                   TopKEntry* merged) {
+  const long long o = blockIdx.x * static_cast<long long>(kMergeWarps) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
-  if (o >= end) return;  // whole warps
+  if (o >= origins) return;  // whole warps
   const TopKEntry empty{-INFINITY, INT_MAX, 0.0f, 0.0f};
   auto entry = [&](int list, int slot) {
     if (list >= lists_per_origin || slot >= k) return empty;
@@ -116,10 +115,10 @@ __device__ int count_observations(const StackView& view, const ShiftSource& shif
 
 template <StorageCode S>
 __global__ void topk_observations_kernel(StackView view, ShiftSource shifts, const TopKEntry* merged,
-                                         int k, long long first, long long end, int tile_x0, int tile_y0,
+                                         int k, long long entries, int tile_x0, int tile_y0,
                                          int tile_width, int* obs) {
-  const long long i = first + blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
-  if (i >= end) return;
+  const long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  if (i >= entries) return;
   const TopKEntry e = merged[i];
   if (e.velocity == INT_MAX) {
     obs[i] = 0;
@@ -226,7 +225,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
   auto ms_since = [](Clock::time_point from) {
     return std::chrono::duration<double, std::milli>(Clock::now() - from).count();
   };
-  double choose_ms = 0, prepare_ms = 0, scan_wall_ms = 0, wait_ms = 0, assemble_ms = 0;
+  double choose_ms = 0, prepare_ms = 0, scan_wall_ms = 0, download_ms = 0, assemble_ms = 0;
 
   const GatherGeometry geometry = method.prepare(input);
   choose_ms = ms_since(entered);
@@ -310,7 +309,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
 
   prepare_ms = ms_since(entered) - choose_ms;
   for (;;) {  // reruns only when the candidate list outgrew its buffer
-    scan_wall_ms = wait_ms = assemble_ms = 0;
+    scan_wall_ms = download_ms = assemble_ms = 0;
     candidates.resize(capacity);
     candidate_obs.resize(capacity);
     out.candidates = candidates.get();
@@ -326,12 +325,6 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
       out.tile_width = tile.origins.width;
       out.tile_height = tile.origins.height;
       const long long tile_origins = tile.origins.count();
-      // Bands of rows of origins for the top-k lists: each is merged, counted and sent to the host
-      // while the host assembles the band before it. Their launches and copies are queued while
-      // the scan runs, so small searches lose nothing by having several.
-      const int bands = k > 0 ? std::min(TopKDownloadStream::max_bands, tile.origins.height) : 0;
-      const int band_rows = bands > 0 ? (tile.origins.height + bands - 1) / bands : 0;
-      cudaStream_t download_stream = k > 0 ? workspace.topk_download.stream() : nullptr;
       const Clock::time_point launched = Clock::now();
       SHIFTSTACK_CUDA_CHECK(cudaEventRecord(start, stream));
       if (k > 0) {
@@ -341,37 +334,21 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
       }
       method.scan(view, out, stream);
       if (k > 0) {
-        sort_lists_kernel<<<blocks_for(tile_origins * geometry.lists_per_origin), threads_per_block_1d, 0, stream>>>(
-            lists.get(), geometry.lists_per_origin, k, tile_origins);
-        SHIFTSTACK_CUDA_CHECK_LAUNCH();
-        for (int b = 0; b < bands; ++b) {
-          const int row0 = std::min(tile.origins.height, b * band_rows);
-          const int row1 = std::min(tile.origins.height, row0 + band_rows);
-          const long long first = (long long)row0 * tile.origins.width, end = (long long)row1 * tile.origins.width;
-          if (end > first) {
-            merge_lists_kernel<<<unsigned((end - first + kMergeWarps - 1) / kMergeWarps), 32 * kMergeWarps, 0,
-                                 stream>>>(lists.get(), geometry.lists_per_origin, k, tile_origins, first, end,
-                                           merged.get());
-            SHIFTSTACK_CUDA_CHECK_LAUNCH();
-            with_storage(view.storage, [&]<StorageCode S>() {
-              topk_observations_kernel<S><<<blocks_for((end - first) * k), threads_per_block_1d, 0, stream>>>(
-                  view, shifts, merged.get(), k, first * k, end * k, tile.origins.x0, tile.origins.y0,
-                  tile.origins.width, topk_obs.get());
-              SHIFTSTACK_CUDA_CHECK_LAUNCH();
-            });
-          }
-          SHIFTSTACK_CUDA_CHECK(cudaEventRecord(workspace.topk_download.computed(b), stream));
-          SHIFTSTACK_CUDA_CHECK(cudaStreamWaitEvent(download_stream, workspace.topk_download.computed(b)));
-          const std::size_t entries = std::size_t(end - first) * k, offset = std::size_t(first) * k;
-          if (entries > 0) {
-            SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(workspace.host_merged.get() + offset, merged.get() + offset,
-                                                  entries * sizeof(TopKEntry), cudaMemcpyDeviceToHost,
-                                                  download_stream));
-            SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(workspace.host_topk_obs.get() + offset, topk_obs.get() + offset,
-                                                  entries * sizeof(int), cudaMemcpyDeviceToHost, download_stream));
-          }
-          SHIFTSTACK_CUDA_CHECK(cudaEventRecord(workspace.topk_download.arrived(b), download_stream));
+        if (!geometry.lists_sorted) {
+          sort_lists_kernel<<<blocks_for(tile_origins * geometry.lists_per_origin), threads_per_block_1d, 0, stream>>>(
+              lists.get(), geometry.lists_per_origin, k, tile_origins);
+          SHIFTSTACK_CUDA_CHECK_LAUNCH();
         }
+        merge_lists_kernel<<<unsigned((tile_origins + kMergeWarps - 1) / kMergeWarps), 32 * kMergeWarps, 0, stream>>>(
+            lists.get(), geometry.lists_per_origin, k, tile_origins, merged.get());
+        SHIFTSTACK_CUDA_CHECK_LAUNCH();
+        const long long entries = tile_origins * k;
+        with_storage(view.storage, [&]<StorageCode S>() {
+          topk_observations_kernel<S><<<blocks_for(entries), threads_per_block_1d, 0, stream>>>(
+              view, shifts, merged.get(), k, entries, tile.origins.x0, tile.origins.y0,
+              tile.origins.width, topk_obs.get());
+          SHIFTSTACK_CUDA_CHECK_LAUNCH();
+        });
       }
       SHIFTSTACK_CUDA_CHECK(cudaEventRecord(scanned, stream));
       // Into page-locked memory: a copy into pageable memory would hold the host until the scan
@@ -393,24 +370,31 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
       }
       found = now;
       SHIFTSTACK_CUDA_CHECK(cudaEventRecord(stop, stream));
+      SHIFTSTACK_CUDA_CHECK(cudaEventSynchronize(stop));
+      float scan_ms = 0, rest_ms = 0;
+      SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&scan_ms, start, scanned));
+      SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&rest_ms, resumed, stop));
+      seconds += 1e-3 * (scan_ms + rest_ms);
       scan_wall_ms += ms_since(launched);
 
-      // One Candidate per entry, independent of the others: a band's rows spread over the host's
-      // threads. A row's entries are consecutive in the merged lists and in the result, so no
-      // entry needs a division.
-      const auto origins = tile.origins;
-      const std::size_t row_entries = std::size_t(origins.width) * k;
-      for (int b = 0; b < bands; ++b) {
-        const Clock::time_point waiting = Clock::now();
-        SHIFTSTACK_CUDA_CHECK(cudaEventSynchronize(workspace.topk_download.arrived(b)));
-        wait_ms += ms_since(waiting);
-        const Clock::time_point assembling = Clock::now();
+      if (k > 0) {
+        const Clock::time_point downloading = Clock::now();
+        const std::size_t entries = std::size_t(tile_origins) * k;
         const TopKEntry* best = workspace.host_merged.get();
         const int* obs = workspace.host_topk_obs.get();
-        const int row0 = std::min(origins.height, b * band_rows);
-        const int row1 = std::min(origins.height, row0 + band_rows);
-#pragma omp parallel for schedule(static) if (std::size_t(row1 - row0) * row_entries > 16384)
-        for (int row = row0; row < row1; ++row) {
+        SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_merged.get(), merged.get(), entries * sizeof(TopKEntry),
+                                         cudaMemcpyDeviceToHost));
+        SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_topk_obs.get(), topk_obs.get(), entries * sizeof(int),
+                                         cudaMemcpyDeviceToHost));
+        download_ms += ms_since(downloading);
+        const Clock::time_point assembling = Clock::now();
+        // One Candidate per entry, independent of the others: spread over the host's threads by
+        // rows of origins (half a million entries for a 256 x 256 CCD at k = 8). A row's entries
+        // are consecutive in the merged lists and in the result, so no entry needs a division.
+        const auto origins = tile.origins;
+        const std::size_t row_entries = std::size_t(origins.width) * k;
+#pragma omp parallel for schedule(static) if (entries > 65536)
+        for (int row = 0; row < origins.height; ++row) {
           const int y = origins.y0 + row;
           const TopKEntry* e = best + std::size_t(row) * row_entries;
           const int* e_obs = obs + std::size_t(row) * row_entries;
@@ -430,11 +414,6 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
         }
         assemble_ms += ms_since(assembling);
       }
-      SHIFTSTACK_CUDA_CHECK(cudaEventSynchronize(stop));
-      float scan_ms = 0, rest_ms = 0;
-      SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&scan_ms, start, scanned));
-      SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&rest_ms, resumed, stop));
-      seconds += 1e-3 * (scan_ms + rest_ms);
     }
     if (found <= capacity) {
       host_candidates = candidates.download(found);
@@ -484,7 +463,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
                       {"prepare", prepare_ms},
                       {"device", 1e3 * seconds},
                       {"scan_wall", scan_wall_ms},
-                      {"topk_wait", wait_ms},
+                      {"topk_download", download_ms},
                       {"topk_assemble", assemble_ms},
                       {"total", ms_since(entered)}};
   return result;

@@ -90,6 +90,7 @@ struct GatherGeometry {
   int block_width = 32, block_height = 8;
   int groups = 1;
   int lists_per_origin = 1;
+  bool lists_sorted = false;  // the scan leaves its top-k lists sorted best first (no sort pass)
 };
 
 class GatherMethod {
@@ -108,39 +109,6 @@ class GatherMethod {
 // What a gather engine keeps from one search to the next (grown, never shrunk): the output
 // buffers, above all the top-k lists (origins x lists x k entries), which cost a large device
 // allocation and free per search, and page-locked copies of the merged lists for the download.
-// A non-blocking stream and one event per band, made on first use and kept with the workspace.
-class TopKDownloadStream {
- public:
-  static constexpr int max_bands = 8;
-  TopKDownloadStream() = default;
-  TopKDownloadStream(const TopKDownloadStream&) = delete;
-  TopKDownloadStream& operator=(const TopKDownloadStream&) = delete;
-  ~TopKDownloadStream() {  // unchecked: may run during unwinding
-    for (cudaEvent_t e : computed_) if (e) cudaEventDestroy(e);
-    for (cudaEvent_t e : arrived_) if (e) cudaEventDestroy(e);
-    if (stream_) cudaStreamDestroy(stream_);
-  }
-  cudaStream_t stream() {
-    if (!stream_) {
-      SHIFTSTACK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-      for (int b = 0; b < max_bands; ++b) {
-        SHIFTSTACK_CUDA_CHECK(cudaEventCreateWithFlags(&computed_[b], cudaEventDisableTiming));
-        SHIFTSTACK_CUDA_CHECK(cudaEventCreateWithFlags(&arrived_[b], cudaEventDisableTiming));
-      }
-    }
-    return stream_;
-  }
-  // Band b's lists are merged on the device (recorded on the scan's stream) ...
-  cudaEvent_t computed(int b) const { return computed_[b]; }
-  // ... and copied to the host (recorded on this stream).
-  cudaEvent_t arrived(int b) const { return arrived_[b]; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t computed_[max_bands] = {};
-  cudaEvent_t arrived_[max_bands] = {};
-};
-
 struct GatherWorkspace {
   DeviceArray<PartialDigest> partials;
   DeviceArray<unsigned long long> candidate_count;
@@ -151,9 +119,6 @@ struct GatherWorkspace {
   PinnedArray<TopKEntry> host_merged;
   PinnedArray<int> host_topk_obs;
   PinnedArray<unsigned long long> host_candidate_count;  // so that its download does not block the host
-  // The top-k lists come down in bands of origins on a stream of their own, each band announced
-  // by its event, so that the host assembles one band while the device merges and sends the next.
-  TopKDownloadStream topk_download;
 };
 
 // Runs a whole search with the method; result.seconds is device time of the scans (kernels,

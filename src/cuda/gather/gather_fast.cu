@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_gather_ke
   }
   if constexpr (SharedLists) {
     __syncthreads();  // every warp's last offers are in
-    lists.store(out, group, block_x0, block_y0, tid, threads);
+    lists.sort_and_store(out, group, block_x0, block_y0, tid, threads);
   }
   const long long key = block_key(out, group, block_x0, block_y0, warp_size, rows_per_block);
   write_block_digest(out, digest, key, scratch);
@@ -591,6 +591,7 @@ class FastMethod final : public GatherMethod {
     ChoiceKey key = ChoiceKey::of(input);
     if (!chosen_ || !(key == chosen_for_)) {
       chosen_ = false;
+      launch_known_ = false;
       plan_ = choose_variant(input, &tables_);
       require(plan_.problem.empty(), "cuda-fast cannot run this input: " + plan_.problem);
       if (plan_.variant->info.tensor_cores) {
@@ -605,36 +606,21 @@ class FastMethod final : public GatherMethod {
       chosen_ = true;
     }
     const FastVariantInfo& i = plan_.variant->info;
-    kernel_ = plan_.variant->kernel[storage_index(input.stack->encoding)];
-    encoding_ = input.stack->encoding;
-    threads_ = warp_size * i.warps_y * i.warps_v;
-    rows_ = i.warps_y * i.rows_per_thread;
-    shared_bytes_ = plan_.shared_bytes;
-    int per_sm = blocks_per_multiprocessor(kernel_, shared_bytes_);
-    require(per_sm > 0, "cuda-fast: variant " + i.name + " does not fit on a multiprocessor");
-    block_lists_offset_ = -1;
-    if (input.policy.top_k > 0) {
-      // The block's lists in shared memory, where they fit without costing resident blocks.
-      FastKernel with_lists_kernel = plan_.variant->kernel_block_lists[storage_index(input.stack->encoding)];
-      const int offset = (plan_.shared_bytes + 15) / 16 * 16;
-      const std::size_t with_lists = offset + BlockLists::bytes(input.policy.top_k, i.warps_v, rows_);
-      cudaFuncAttributes attributes{};
-      SHIFTSTACK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, with_lists_kernel));
-      if (with_lists + attributes.sharedSizeBytes <= std::size_t(max_shared_memory_per_block()) &&
-          blocks_per_multiprocessor(with_lists_kernel, int(with_lists)) >= per_sm) {
-        kernel_ = with_lists_kernel;
-        block_lists_offset_ = offset;
-        shared_bytes_ = int(with_lists);
-      }
+    if (!launch_known_ || input.policy.top_k != launch_top_k_) {  // the encoding is in the key
+      launch_known_ = false;
+      choose_launch(input);
+      launch_top_k_ = input.policy.top_k;
+      launch_known_ = true;
     }
     const long long origin_blocks = (long long)((input.region.width + warp_size - 1) / warp_size) *
                                     ((input.region.height + rows_ - 1) / rows_);
-    groups_ = velocity_groups(tables_.packets(), origin_blocks, multiprocessor_count(), per_sm, 64 / i.warps_v);
+    groups_ = velocity_groups(tables_.packets(), origin_blocks, multiprocessor_count(), per_sm_, 64 / i.warps_v);
     {
       std::lock_guard guard(variant_lock());
       last_variant() = i.name;
     }
-    return GatherGeometry{warp_size, rows_, groups_, groups_ * i.warps_v};
+    // Lists kept in shared memory are sorted as the block stores them (BlockLists::sort_and_store).
+    return GatherGeometry{warp_size, rows_, groups_, groups_ * i.warps_v, block_lists_offset_ >= 0};
   }
 
   void scan(const StackView& view, const ScanOutputs& out, cudaStream_t stream) override {
@@ -680,6 +666,34 @@ class FastMethod final : public GatherMethod {
   DeviceArray<uint4> grouped_;
   VariantPlan plan_;
   Encoding encoding_ = Encoding::fp32;
+  // The kernel, block shape and shared memory for the chosen variant, the encoding and top-k
+  // (occupancy queries: kept while these repeat, as the choice is).
+  void choose_launch(const SearchInput& input) {
+    const FastVariantInfo& i = plan_.variant->info;
+    kernel_ = plan_.variant->kernel[storage_index(input.stack->encoding)];
+    encoding_ = input.stack->encoding;
+    threads_ = warp_size * i.warps_y * i.warps_v;
+    rows_ = i.warps_y * i.rows_per_thread;
+    shared_bytes_ = plan_.shared_bytes;
+    int per_sm = blocks_per_multiprocessor(kernel_, shared_bytes_);
+    require(per_sm > 0, "cuda-fast: variant " + i.name + " does not fit on a multiprocessor");
+    block_lists_offset_ = -1;
+    if (input.policy.top_k > 0) {
+      // The block's lists in shared memory, where they fit without costing resident blocks.
+      FastKernel with_lists_kernel = plan_.variant->kernel_block_lists[storage_index(input.stack->encoding)];
+      const int offset = (plan_.shared_bytes + 15) / 16 * 16;
+      const std::size_t with_lists = offset + BlockLists::bytes(input.policy.top_k, i.warps_v, rows_);
+      cudaFuncAttributes attributes{};
+      SHIFTSTACK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, with_lists_kernel));
+      if (with_lists + attributes.sharedSizeBytes <= std::size_t(max_shared_memory_per_block()) &&
+          blocks_per_multiprocessor(with_lists_kernel, int(with_lists)) >= per_sm) {
+        kernel_ = with_lists_kernel;
+        block_lists_offset_ = offset;
+        shared_bytes_ = int(with_lists);
+      }
+    }
+    per_sm_ = per_sm;
+  }
   // Resident blocks of `kernel` per multiprocessor with `shared` dynamic bytes.
   int blocks_per_multiprocessor(FastKernel kernel, int shared) const {
     SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
@@ -689,6 +703,9 @@ class FastMethod final : public GatherMethod {
   }
 
   FastKernel kernel_ = nullptr;
+  bool launch_known_ = false;  // kernel_ .. per_sm_ hold choose_launch's answer for this top-k
+  int launch_top_k_ = 0;
+  int per_sm_ = 0;  // resident blocks of the variant's kernel without lists
   int threads_ = 0, rows_ = 0, groups_ = 1;
   int shared_bytes_ = 0, block_lists_offset_ = -1;  // dynamic shared memory; BlockLists' place in it
 };

@@ -98,16 +98,30 @@ struct BlockLists {
     if (Z < floor) return;
     topk_offer<true>(entries + std::size_t(warp_v) * k * origins + o, k, origins, bound, Z, v, A, B);
   }
-  // Stores every list of the block into list `group * warps_v + warp_v` of its origin in the
-  // global lists (origins outside the tile have none). Call after a barrier that follows the
-  // block's last offer.
-  __device__ void store(const ScanOutputs& out, int group, int block_x0, int block_y0, int tid, int threads) const {
-    const int n = warps_v * k * origins;
-    for (int i = tid; i < n; i += threads) {
-      const int o = i % origins, slot = (i / origins) % k, wv = i / (origins * k);
+  // Sorts each of the block's lists best first (insertion sort over its k slots, in shared
+  // memory) and stores it into list `group * warps_v + warp_v` of its origin in the global
+  // lists, so that they need no sort pass of their own (origins outside the tile have none). One
+  // thread per list: consecutive threads hold consecutive origins, so every slot's stores
+  // coalesce. Call after a barrier that follows the block's last offer.
+  __device__ void sort_and_store(const ScanOutputs& out, int group, int block_x0, int block_y0, int tid,
+                                 int threads) const {
+    for (int l = tid; l < warps_v * origins; l += threads) {
+      const int wv = l / origins, o = l - wv * origins;
       const int x = block_x0 + o % warp_size, y = block_y0 + o / warp_size;
       if (x >= out.tile_x0 + out.tile_width || y >= out.tile_y0 + out.tile_height) continue;
-      topk_list(out, x, y, group * warps_v + wv)[slot * topk_stride(out)] = load_entry(entries + i);
+      TopKEntry* list = entries + wv * k * origins + o;
+      for (int j = 1; j < k; ++j) {
+        const TopKEntry e = load_entry(list + j * origins);
+        int at = j;
+        for (; at > 0; --at) {
+          const TopKEntry before = load_entry(list + (at - 1) * origins);
+          if (!better_entry(e.Z, e.velocity, before.Z, before.velocity)) break;
+          store_entry(list + at * origins, before);
+        }
+        store_entry(list + at * origins, e);
+      }
+      TopKEntry* global = topk_list(out, x, y, group * warps_v + wv);
+      for (int slot = 0; slot < k; ++slot) global[slot * topk_stride(out)] = load_entry(list + slot * origins);
     }
   }
 };

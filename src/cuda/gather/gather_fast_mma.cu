@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(warp_size* NWY* NWV, MinBlocks) fast_mma_kerne
   }
   if constexpr (SharedLists) {
     __syncthreads();  // every warp's last offers are in
-    lists.store(out, blockIdx.z, block_x0, block_y0, tid, threads);
+    lists.sort_and_store(out, blockIdx.z, block_x0, block_y0, tid, threads);
   }
   const long long key = block_key(out, blockIdx.z, block_x0, block_y0, warp_size, rows_per_block);
   write_block_digest(out, digest, key, scratch);
