@@ -469,6 +469,34 @@ TEST(GpuGather, OneUploadServesTwoBanks) {
   }
 }
 
+// cuda-fast reuses its variant choice and shift tables while the bank's defining values repeat:
+// a bank that differs only in its reference time or its common curve (same velocity axes, so
+// the same table sizes) must be planned afresh, and each search must match its own reference.
+TEST(GpuGather, FastChoiceFollowsReferenceTimeAndCurve) {
+  REQUIRE_DEVICE();
+  const Case& c = ci_case(Encoding::fp16);
+  auto engine = make_engine("cuda-fast");
+  expect_matches_reference(c, search(*engine, c.stack, c.kit.bank, c.policy), "cuda-fast first bank");
+  MotionBank later = c.kit.bank;
+  later.t_ref += 0.25 * (later.epochs.back() - later.epochs.front());
+  MotionBank curved = c.kit.bank;
+  curved.curve_x.resize(curved.epochs.size());
+  curved.curve_y.resize(curved.epochs.size());
+  for (std::size_t e = 0; e < curved.epochs.size(); ++e) {
+    curved.curve_x[e] = 3.0 * std::sin(double(e));
+    curved.curve_y[e] = -2.0 * std::cos(double(e));
+  }
+  for (const auto& [bank, what] : {std::pair{later, "later t_ref"}, std::pair{curved, "common curve"}}) {
+    Case changed;
+    changed.kit = c.kit;
+    changed.kit.bank = bank;
+    changed.stack = c.stack;
+    changed.policy = policy_for(bank, c.stack, 2);
+    finish_case(changed);
+    expect_matches_reference(changed, search(*engine, c.stack, bank, changed.policy), std::string("cuda-fast ") + what);
+  }
+}
+
 TEST(GpuGather, DeterministicRunToRun) {
   REQUIRE_DEVICE();
   const Case& c = ci_case(Encoding::fp16);

@@ -556,8 +556,11 @@ VariantPlan choose_variant(const SearchInput& input, PacketTableSet* tables) {
 // runs) reuses the last choice and its device tables instead of planning and uploading again.
 struct ChoiceKey {
   int device = -1;
-  SeparableShifts shifts;
-  std::size_t vx_count = 0, vy_count = 0;
+  // The integer shifts follow from these alone (motion.hpp): comparing them costs far less than
+  // computing the shift tables (two per search: unsupported_reason and prepare). A NaN never
+  // compares equal, so it only costs a fresh choice.
+  std::vector<double> epochs, vx_axis, vy_axis, curve_x, curve_y;
+  double t_ref = 0;
   Encoding encoding = Encoding::fp32;
   bool exceptions = false;
   std::string forced;
@@ -566,9 +569,13 @@ struct ChoiceKey {
   static ChoiceKey of(const SearchInput& input) {
     ChoiceKey key;
     SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&key.device));
-    key.shifts = integer_shifts(*input.bank);
-    key.vx_count = input.bank->vx_count();
-    key.vy_count = input.bank->vy_count();
+    const MotionBank& bank = *input.bank;
+    key.epochs = bank.epochs;
+    key.vx_axis = bank.vx_axis;
+    key.vy_axis = bank.vy_axis;
+    key.curve_x = bank.curve_x;
+    key.curve_y = bank.curve_y;
+    key.t_ref = bank.t_ref;
     key.encoding = input.stack->encoding;
     key.exceptions = !input.stack->exceptions.empty();
     {
@@ -579,8 +586,8 @@ struct ChoiceKey {
     return key;
   }
   bool operator==(const ChoiceKey& o) const {
-    return device == o.device && shifts.exposures == o.shifts.exposures && shifts.x == o.shifts.x &&
-           shifts.y == o.shifts.y && vx_count == o.vx_count && vy_count == o.vy_count && encoding == o.encoding &&
+    return device == o.device && epochs == o.epochs && vx_axis == o.vx_axis && vy_axis == o.vy_axis &&
+           curve_x == o.curve_x && curve_y == o.curve_y && t_ref == o.t_ref && encoding == o.encoding &&
            exceptions == o.exceptions && forced == o.forced && preferred == o.preferred;
   }
 };
