@@ -1,8 +1,10 @@
 // Host orchestration of the CUDA gathers and their shared post-processing kernels.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -211,6 +213,90 @@ int multiprocessor_count() {
   return count;
 }
 
+namespace {
+
+// Spin-wait hint for a thread polling a flag another thread sets within a millisecond.
+inline void pause_briefly() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Waits for the tile's top-k lists, downloads them and writes one Candidate per entry into
+// `top_k`. The host's threads are woken when the scan kernel ends (the lists then need the
+// merge and obs_count passes and the copy, under a millisecond), and they poll until the lists
+// are on the host: threads woken only when the lists arrive came up late on a busy host, and the
+// assembly then took 3.5-4 ms instead of 0.5 (kbmod top-8 on the H200's host). Entries are
+// independent; a row's are consecutive in the lists and in the result, so none needs a division.
+void download_and_assemble_top_k(cudaStream_t stream, cudaEvent_t scan_kernel_done, GatherWorkspace& workspace,
+                                 const DeviceArray<TopKEntry>& merged, const DeviceArray<int>& topk_obs,
+                                 const PixelRect& origins, const Region& region, int k,
+                                 const std::vector<std::pair<float, float>>& velocity_floats,
+                                 std::vector<Candidate>& top_k, double& scan_wall_ms, double& download_ms,
+                                 double& assemble_ms, std::chrono::steady_clock::time_point launched) {
+  using Clock = std::chrono::steady_clock;
+  auto ms_between = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  const std::size_t entries = std::size_t(origins.count()) * k;
+  const std::size_t row_entries = std::size_t(origins.width) * k;
+  const TopKEntry* best = workspace.host_merged.get();
+  const int* obs = workspace.host_topk_obs.get();
+  SHIFTSTACK_CUDA_CHECK(cudaEventSynchronize(scan_kernel_done));
+  enum : int { waiting, arrived, failed };
+  std::atomic<int> lists{waiting};
+  std::exception_ptr failure;
+  Clock::time_point scanned{}, downloaded{};
+#pragma omp parallel if (entries > 65536)
+  {
+#pragma omp master
+    {
+      try {
+        SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(stream));
+        scanned = Clock::now();
+        SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_merged.get(), merged.get(), entries * sizeof(TopKEntry),
+                                         cudaMemcpyDeviceToHost));
+        SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_topk_obs.get(), topk_obs.get(), entries * sizeof(int),
+                                         cudaMemcpyDeviceToHost));
+        downloaded = Clock::now();
+        lists.store(arrived, std::memory_order_release);
+      } catch (...) {
+        failure = std::current_exception();
+        lists.store(failed, std::memory_order_release);
+      }
+    }
+    while (lists.load(std::memory_order_acquire) == waiting) pause_briefly();
+    // Every thread sees the same final state, so all or none reach the loop.
+    if (lists.load(std::memory_order_relaxed) == arrived) {
+#pragma omp for schedule(static)
+      for (int row = 0; row < origins.height; ++row) {
+        const int y = origins.y0 + row;
+        const TopKEntry* e = best + std::size_t(row) * row_entries;
+        const int* e_obs = obs + std::size_t(row) * row_entries;
+        Candidate* c = top_k.data() + (std::size_t(y - region.y0) * region.width + (origins.x0 - region.x0)) * k;
+        for (int column = 0; column < origins.width; ++column) {
+          const int x = origins.x0 + column;
+          for (int slot = 0; slot < k; ++slot, ++e, ++e_obs, ++c) {
+            if (e->velocity == INT_MAX) {
+              *c = Candidate{x, y, -1, 0, 0, 0, 0, -std::numeric_limits<float>::infinity(), 0, 0};
+              continue;
+            }
+            const std::pair<float, float>& v = velocity_floats[std::size_t(e->velocity)];
+            *c = Candidate{x, y, e->velocity, v.first, v.second, e->A, e->B, e->Z,
+                           float(double(e->A) / double(e->B)), *e_obs};
+          }
+        }
+      }
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  scan_wall_ms += ms_between(launched, scanned);
+  download_ms += ms_between(scanned, downloaded);
+  assemble_ms += ms_between(downloaded, Clock::now());
+}
+
+}  // namespace
+
 SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWorkspace& workspace) {
   const EncodedStack& stack = *input.stack;
   const MotionBank& bank = *input.bank;
@@ -288,17 +374,18 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
   // Device time of a tile: start -> scanned (the scan and the top-k passes) plus resumed -> stop
   // (obs_count of the new candidates, launched once the host has read their count), so that the
   // host's work in between is not counted.
-  cudaEvent_t start, scanned, resumed, stop;
+  cudaEvent_t start, scanned, resumed, stop, scan_kernel_done;
+  SHIFTSTACK_CUDA_CHECK(cudaEventCreateWithFlags(&scan_kernel_done, cudaEventDisableTiming));
   SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&start));
   SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&scanned));
   SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&resumed));
   SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&stop));
   struct EventGuard {
-    cudaEvent_t events[4];
+    cudaEvent_t events[5];
     ~EventGuard() {
       for (cudaEvent_t e : events) cudaEventDestroy(e);
     }
-  } event_guard{{start, scanned, resumed, stop}};
+  } event_guard{{start, scanned, resumed, stop, scan_kernel_done}};
   workspace.host_candidate_count.reserve(1);
   unsigned long long* host_count = workspace.host_candidate_count.get();
 
@@ -333,6 +420,7 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
         SHIFTSTACK_CUDA_CHECK_LAUNCH();
       }
       method.scan(view, out, stream);
+      SHIFTSTACK_CUDA_CHECK(cudaEventRecord(scan_kernel_done, stream));
       if (k > 0) {
         if (!geometry.lists_sorted) {
           sort_lists_kernel<<<blocks_for(tile_origins * geometry.lists_per_origin), threads_per_block_1d, 0, stream>>>(
@@ -358,7 +446,13 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
       // The host's top-k list (tens of MB for a CCD at k = 8) is allocated and first touched
       // while the device scans, not after.
       if (k > 0 && result.top_k.empty()) result.top_k.resize(std::size_t(region.count()) * k);
-      SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (k > 0) {
+        download_and_assemble_top_k(stream, scan_kernel_done, workspace, merged, topk_obs, tile.origins, region, k,
+                                    velocity_floats, result.top_k, scan_wall_ms, download_ms, assemble_ms, launched);
+      } else {
+        SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(stream));
+        scan_wall_ms += ms_since(launched);
+      }
       const unsigned long long now = *host_count;
       SHIFTSTACK_CUDA_CHECK(cudaEventRecord(resumed, stream));
       if (now > found && now <= capacity) {
@@ -375,45 +469,6 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
       SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&scan_ms, start, scanned));
       SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&rest_ms, resumed, stop));
       seconds += 1e-3 * (scan_ms + rest_ms);
-      scan_wall_ms += ms_since(launched);
-
-      if (k > 0) {
-        const Clock::time_point downloading = Clock::now();
-        const std::size_t entries = std::size_t(tile_origins) * k;
-        const TopKEntry* best = workspace.host_merged.get();
-        const int* obs = workspace.host_topk_obs.get();
-        SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_merged.get(), merged.get(), entries * sizeof(TopKEntry),
-                                         cudaMemcpyDeviceToHost));
-        SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_topk_obs.get(), topk_obs.get(), entries * sizeof(int),
-                                         cudaMemcpyDeviceToHost));
-        download_ms += ms_since(downloading);
-        const Clock::time_point assembling = Clock::now();
-        // One Candidate per entry, independent of the others: spread over the host's threads by
-        // rows of origins (half a million entries for a 256 x 256 CCD at k = 8). A row's entries
-        // are consecutive in the merged lists and in the result, so no entry needs a division.
-        const auto origins = tile.origins;
-        const std::size_t row_entries = std::size_t(origins.width) * k;
-#pragma omp parallel for schedule(static) if (entries > 65536)
-        for (int row = 0; row < origins.height; ++row) {
-          const int y = origins.y0 + row;
-          const TopKEntry* e = best + std::size_t(row) * row_entries;
-          const int* e_obs = obs + std::size_t(row) * row_entries;
-          Candidate* c = result.top_k.data() + (std::size_t(y - region.y0) * region.width + (origins.x0 - region.x0)) * k;
-          for (int column = 0; column < origins.width; ++column) {
-            const int x = origins.x0 + column;
-            for (int slot = 0; slot < k; ++slot, ++e, ++e_obs, ++c) {
-              if (e->velocity == INT_MAX) {
-                *c = Candidate{x, y, -1, 0, 0, 0, 0, -std::numeric_limits<float>::infinity(), 0, 0};
-                continue;
-              }
-              const std::pair<float, float>& v = velocity_floats[std::size_t(e->velocity)];
-              *c = Candidate{x, y, e->velocity, v.first, v.second, e->A, e->B, e->Z,
-                             float(double(e->A) / double(e->B)), *e_obs};
-            }
-          }
-        }
-        assemble_ms += ms_since(assembling);
-      }
     }
     if (found <= capacity) {
       host_candidates = candidates.download(found);
