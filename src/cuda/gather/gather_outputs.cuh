@@ -100,7 +100,8 @@ __device__ inline void store_entry(TopKEntry* at, const TopKEntry& e) {
 }
 
 // Offers (Z, v) to a list of k entries (slots `stride` apart), kept unsorted while the scan runs
-// (sort_lists_kernel orders them before the merge): an entry that beats the bound replaces the
+// (sort_lists_kernel orders them before the merge, or cuda-fast's blocks as they store their
+// shared-memory lists): an entry that beats the bound replaces the
 // list's worst, found with the second worst in one pass of independent loads, and the new bound is
 // the worse of that second worst and the new entry. (Sorted insertion walked the list with one
 // dependent load per step. A version that kept the new bound in registers took cuda-tiled's
