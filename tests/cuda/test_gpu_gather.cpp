@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -59,6 +60,20 @@ void finish_case(Case& c) {
   for (const Candidate& x : c.reference.candidates)
     if (std::abs(double(x.Z) - c.reference.digest.z_thr) <= DigestTolerance::fp32().count_band)
       ++c.near_threshold;
+}
+
+// The case of another bank over `base`'s stack, with its own reference; candidates are listed
+// from `candidate_threshold` when it is given, else just below the digest threshold.
+Case case_with_bank(const Case& base, const MotionBank& bank, int top_k,
+                    std::optional<double> candidate_threshold = std::nullopt) {
+  Case c;
+  c.kit = base.kit;
+  c.kit.bank = bank;
+  c.stack = base.stack;
+  c.policy = policy_for(bank, base.stack, top_k);
+  if (candidate_threshold) c.policy.candidate_threshold = *candidate_threshold;
+  finish_case(c);
+  return c;
 }
 
 // `ci` workload (17x17 velocities, 2 px between neighbours at the ends of the span).
@@ -447,12 +462,7 @@ TEST(GpuGather, OneUploadServesTwoBanks) {
   MotionBank other = c.kit.bank;
   other.vx_axis.resize(9);
   for (double& v : other.vy_axis) v *= 0.6;
-  Case second;
-  second.kit = c.kit;
-  second.kit.bank = other;
-  second.stack = c.stack;
-  second.policy = policy_for(other, c.stack, 2);
-  finish_case(second);
+  const Case second = case_with_bank(c, other, 2);
   for (const std::string& name : gpu_gathers) {
     auto engine = make_engine(name);
     search(*engine, c.stack, c.kit.bank, c.policy);  // uploads (or reuses) the cube
@@ -487,12 +497,7 @@ TEST(GpuGather, FastChoiceFollowsReferenceTimeAndCurve) {
     curved.curve_y[e] = -2.0 * std::cos(double(e));
   }
   for (const auto& [bank, what] : {std::pair{later, "later t_ref"}, std::pair{curved, "common curve"}}) {
-    Case changed;
-    changed.kit = c.kit;
-    changed.kit.bank = bank;
-    changed.stack = c.stack;
-    changed.policy = policy_for(bank, c.stack, 2);
-    finish_case(changed);
+    const Case changed = case_with_bank(c, bank, 2);
     expect_matches_reference(changed, search(*engine, c.stack, bank, changed.policy), std::string("cuda-fast ") + what);
   }
 }
@@ -517,12 +522,7 @@ TEST(GpuGather, SerialRunsVelocityListsOthersDecline) {
   // Every third grid velocity as an explicit list, in a scrambled order.
   for (std::size_t v = 0; v < c.kit.bank.size(); v += 3) list.velocity_list.push_back(c.kit.bank.velocity(v));
   std::reverse(list.velocity_list.begin(), list.velocity_list.end());
-  Case l;
-  l.kit = c.kit;
-  l.kit.bank = list;
-  l.stack = c.stack;
-  l.policy = policy_for(list, c.stack, 2);
-  finish_case(l);
+  const Case l = case_with_bank(c, list, 2);
   auto serial = make_engine("cuda-serial");
   expect_matches_reference(l, search(*serial, l.stack, list, l.policy), "cuda-serial velocity list");
   for (const char* name : {"cuda-tiled", "cuda-fast"}) {
@@ -670,13 +670,7 @@ TEST(GpuGather, FractionalVelocityListsRunOnSerialOnly) {
   MotionBank list = c.kit.bank;
   for (std::size_t v = 0; v < c.kit.bank.size(); v += 2) list.velocity_list.push_back(c.kit.bank.velocity(v));
   std::reverse(list.velocity_list.begin(), list.velocity_list.end());
-  Case l;
-  l.kit = c.kit;
-  l.kit.bank = list;
-  l.stack = c.stack;
-  l.policy = policy_for(list, c.stack, 2);
-  l.policy.candidate_threshold = 3;
-  finish_case(l);
+  const Case l = case_with_bank(c, list, 2, 3.0);
   auto serial = make_engine("cuda-serial");
   expect_matches_reference(l, search(*serial, l.stack, list, l.policy), "cuda-serial fractional velocity list");
   for (const char* name : {"cuda-tiled", "cuda-fast"}) {
