@@ -11,6 +11,7 @@ enum class ShiftMode { integer, fractional };
 
 struct Velocity {
   double vx = 0, vy = 0;  // pixels per day
+  bool operator==(const Velocity&) const = default;
 };
 
 struct MotionBank {
@@ -41,6 +42,8 @@ struct MotionBank {
   // s_{v,e} = v * (t_e - t_ref) + c_e, in pixels.
   double shift_x(std::size_t v, int e) const { return velocity(v).vx * dt(e) + curve_at_x(e); }
   double shift_y(std::size_t v, int e) const { return velocity(v).vy * dt(e) + curve_at_y(e); }
+  // Every field equal (a NaN never is): the same trials and shifts, for caches keyed on a bank.
+  bool operator==(const MotionBank&) const = default;
 };
 
 // Integer mode rounding, KBMOD's convention: round(s) = floor(s + 0.5). Saturates at

@@ -207,10 +207,9 @@ struct TreeEngine::Cache {
 };
 
 namespace {
-// What a plan and schedule depend on: the Cartesian bank's fields, the region, E, the threads.
+// What a plan and schedule depend on: the bank, the region, E, the threads.
 bool same_input(const MotionBank& a, const Region& ra, int ea, const MotionBank& b, const Region& rb, int eb) {
-  return a.epochs == b.epochs && a.t_ref == b.t_ref && a.vx_axis == b.vx_axis && a.vy_axis == b.vy_axis &&
-         a.curve_x == b.curve_x && a.curve_y == b.curve_y && a.mode == b.mode && ra.x0 == rb.x0 &&
+  return a == b && ra.x0 == rb.x0 &&
          ra.y0 == rb.y0 && ra.width == rb.width && ra.height == rb.height && ea == eb;
 }
 }  // namespace

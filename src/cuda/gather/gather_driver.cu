@@ -228,16 +228,17 @@ inline void pause_briefly() {
 // are on the host: threads woken only when the lists arrive came up late on a busy host, and the
 // assembly then took 3.5-4 ms instead of 0.5 (kbmod top-8 on the H200's host). Entries are
 // independent; a row's are consecutive in the lists and in the result, so none needs a division.
-void download_and_assemble_top_k(cudaStream_t stream, cudaEvent_t scan_kernel_done, GatherWorkspace& workspace,
-                                 const DeviceArray<TopKEntry>& merged, const DeviceArray<int>& topk_obs,
-                                 const PixelRect& origins, const Region& region, int k,
-                                 const std::vector<std::pair<float, float>>& velocity_floats,
-                                 std::vector<Candidate>& top_k, double& scan_wall_ms, double& download_ms,
-                                 double& assemble_ms, std::chrono::steady_clock::time_point launched) {
+// Returns when the stream had finished and when the lists were on the host.
+struct TopKArrival {
+  std::chrono::steady_clock::time_point scanned, downloaded;
+};
+TopKArrival download_and_assemble_top_k(cudaStream_t stream, cudaEvent_t scan_kernel_done,
+                                        GatherWorkspace& workspace, const DeviceArray<TopKEntry>& merged,
+                                        const DeviceArray<int>& topk_obs, const PixelRect& origins,
+                                        const Region& region, int k,
+                                        const std::vector<std::pair<float, float>>& velocity_floats,
+                                        std::vector<Candidate>& top_k) {
   using Clock = std::chrono::steady_clock;
-  auto ms_between = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-  };
   const std::size_t entries = std::size_t(origins.count()) * k;
   const std::size_t row_entries = std::size_t(origins.width) * k;
   const TopKEntry* best = workspace.host_merged.get();
@@ -246,19 +247,19 @@ void download_and_assemble_top_k(cudaStream_t stream, cudaEvent_t scan_kernel_do
   enum : int { waiting, arrived, failed };
   std::atomic<int> lists{waiting};
   std::exception_ptr failure;
-  Clock::time_point scanned{}, downloaded{};
+  TopKArrival arrival;
 #pragma omp parallel if (entries > 65536)
   {
 #pragma omp master
     {
       try {
         SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(stream));
-        scanned = Clock::now();
+        arrival.scanned = Clock::now();
         SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_merged.get(), merged.get(), entries * sizeof(TopKEntry),
                                          cudaMemcpyDeviceToHost));
         SHIFTSTACK_CUDA_CHECK(cudaMemcpy(workspace.host_topk_obs.get(), topk_obs.get(), entries * sizeof(int),
                                          cudaMemcpyDeviceToHost));
-        downloaded = Clock::now();
+        arrival.downloaded = Clock::now();
         lists.store(arrived, std::memory_order_release);
       } catch (...) {
         failure = std::current_exception();
@@ -290,9 +291,7 @@ void download_and_assemble_top_k(cudaStream_t stream, cudaEvent_t scan_kernel_do
     }
   }
   if (failure) std::rethrow_exception(failure);
-  scan_wall_ms += ms_between(launched, scanned);
-  download_ms += ms_between(scanned, downloaded);
-  assemble_ms += ms_between(downloaded, Clock::now());
+  return arrival;
 }
 
 }  // namespace
@@ -447,8 +446,14 @@ SearchResult run_gather(GatherMethod& method, const SearchInput& input, GatherWo
       // while the device scans, not after.
       if (k > 0 && result.top_k.empty()) result.top_k.resize(std::size_t(region.count()) * k);
       if (k > 0) {
-        download_and_assemble_top_k(stream, scan_kernel_done, workspace, merged, topk_obs, tile.origins, region, k,
-                                    velocity_floats, result.top_k, scan_wall_ms, download_ms, assemble_ms, launched);
+        const TopKArrival arrival = download_and_assemble_top_k(stream, scan_kernel_done, workspace, merged, topk_obs,
+                                                                tile.origins, region, k, velocity_floats, result.top_k);
+        auto ms_between = [](Clock::time_point a, Clock::time_point b) {
+          return std::chrono::duration<double, std::milli>(b - a).count();
+        };
+        scan_wall_ms += ms_between(launched, arrival.scanned);
+        download_ms += ms_between(arrival.scanned, arrival.downloaded);
+        assemble_ms += ms_since(arrival.downloaded);
       } else {
         SHIFTSTACK_CUDA_CHECK(cudaStreamSynchronize(stream));
         scan_wall_ms += ms_since(launched);

@@ -556,11 +556,9 @@ VariantPlan choose_variant(const SearchInput& input, PacketTableSet* tables) {
 // runs) reuses the last choice and its device tables instead of planning and uploading again.
 struct ChoiceKey {
   int device = -1;
-  // The integer shifts follow from these alone (motion.hpp): comparing them costs far less than
-  // computing the shift tables (two per search: unsupported_reason and prepare). A NaN never
-  // compares equal, so it only costs a fresh choice.
-  std::vector<double> epochs, vx_axis, vy_axis, curve_x, curve_y;
-  double t_ref = 0;
+  // The shifts follow from the bank alone: comparing it costs far less than computing the shift
+  // tables (two per search: unsupported_reason and prepare).
+  MotionBank bank;
   Encoding encoding = Encoding::fp32;
   bool exceptions = false;
   std::string forced;
@@ -569,13 +567,7 @@ struct ChoiceKey {
   static ChoiceKey of(const SearchInput& input) {
     ChoiceKey key;
     SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&key.device));
-    const MotionBank& bank = *input.bank;
-    key.epochs = bank.epochs;
-    key.vx_axis = bank.vx_axis;
-    key.vy_axis = bank.vy_axis;
-    key.curve_x = bank.curve_x;
-    key.curve_y = bank.curve_y;
-    key.t_ref = bank.t_ref;
+    key.bank = *input.bank;
     key.encoding = input.stack->encoding;
     key.exceptions = !input.stack->exceptions.empty();
     {
@@ -586,9 +578,7 @@ struct ChoiceKey {
     return key;
   }
   bool operator==(const ChoiceKey& o) const {
-    return device == o.device && epochs == o.epochs && vx_axis == o.vx_axis && vy_axis == o.vy_axis &&
-           curve_x == o.curve_x && curve_y == o.curve_y && t_ref == o.t_ref && encoding == o.encoding &&
-           exceptions == o.exceptions && forced == o.forced && preferred == o.preferred;
+    return device == o.device && bank == o.bank && encoding == o.encoding && exceptions == o.exceptions && forced == o.forced && preferred == o.preferred;
   }
 };
 
@@ -598,7 +588,7 @@ class FastMethod final : public GatherMethod {
     ChoiceKey key = ChoiceKey::of(input);
     if (!chosen_ || !(key == chosen_for_)) {
       chosen_ = false;
-      launch_known_ = false;
+      launch_top_k_ = -1;
       plan_ = choose_variant(input, &tables_);
       require(plan_.problem.empty(), "cuda-fast cannot run this input: " + plan_.problem);
       if (plan_.variant->info.tensor_cores) {
@@ -613,11 +603,10 @@ class FastMethod final : public GatherMethod {
       chosen_ = true;
     }
     const FastVariantInfo& i = plan_.variant->info;
-    if (!launch_known_ || input.policy.top_k != launch_top_k_) {  // the encoding is in the key
-      launch_known_ = false;
+    if (input.policy.top_k != launch_top_k_) {  // the encoding is in the key
+      launch_top_k_ = -1;  // until choose_launch has answered
       choose_launch(input);
       launch_top_k_ = input.policy.top_k;
-      launch_known_ = true;
     }
     const long long origin_blocks = (long long)((input.region.width + warp_size - 1) / warp_size) *
                                     ((input.region.height + rows_ - 1) / rows_);
@@ -710,8 +699,7 @@ class FastMethod final : public GatherMethod {
   }
 
   FastKernel kernel_ = nullptr;
-  bool launch_known_ = false;  // kernel_ .. per_sm_ hold choose_launch's answer for this top-k
-  int launch_top_k_ = 0;
+  int launch_top_k_ = -1;  // the top-k whose launch kernel_ .. per_sm_ hold; -1: none
   int per_sm_ = 0;  // resident blocks of the variant's kernel without lists
   int threads_ = 0, rows_ = 0, groups_ = 1;
   int shared_bytes_ = 0, block_lists_offset_ = -1;  // dynamic shared memory; BlockLists' place in it
