@@ -201,9 +201,9 @@ TEST(GpuFourier, TinyStackAllEnginesWithTopK) {
 }
 
 // cuda-tc's three integer contraction kernels, each forced on the tiny stack (partial tiles, a
-// region, top-k; small enough for compute-sanitizer): the wgmma kernels otherwise run only on
-// banks 65 velocities wide, and the split one (two warpgroups hand one channel each to the
-// full-spectrum store) only when asked for.
+// region, top-k; small enough for compute-sanitizer): mma.sync is the default, the wgmma kernels
+// (one warpgroup; or two that hand one channel each to the full-spectrum store) run only when
+// asked for.
 TEST(GpuFourier, EveryTensorCoreKernelMatchesReference) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
   const Case& c = case_for("tiny", Encoding::fp32, "reference");

@@ -12,9 +12,11 @@
 // One CTA = one mx, one block of 16 consecutive my, kWarps consecutive b (one per warp), and all
 // columns of one a block; it loops over exposure chunks through a cp.async pipeline. Both
 // channels (psi, phi) share the operand loads and the B tiles. Two kernels compute the same thing:
-//  - contract_wgmma_kernel (default when the column block is full, 72 columns): warpgroup
-//    m64n72k16 products (HGMMA), A from registers, B from shared memory;
-//  - contract_kernel<tiles> (narrow banks): warp-level mma.sync m16n8k16 (HMMA), B by ldmatrix.
+//  - contract_kernel<tiles> (the default): warp-level mma.sync m16n8k16 (HMMA), B by ldmatrix;
+//  - contract_wgmma_kernel: warpgroup m64n72k16 products (HGMMA), A from registers, B from shared
+//    memory, for full 72-column blocks. It was the default until the stage copies stopped costing
+//    as much as the operand formation; since then mma.sync is the faster of the two on the H200
+//    (bench/RESULTS.md, "Fourier-route stages").
 // SHIFTSTACK_TC_KERNEL=mma|wgmma|wgmma-split forces one (tests and the version table in
 // bench/RESULTS.md); their digests agreed to every printed digit on the tested stacks.
 // Fractional (bilinear) shifts: contract_fractional_kernel, mma.sync with three x tables and the
@@ -85,7 +87,30 @@ struct WgmmaLayout {
   }
 };
 
-// y phases of a CTA's 16 rows for every shift: phase[r][s] = exp(2 pi i (my0 + r)(s + min_sy) / ny).
+// A thread's share of one operand's rows in a pipeline stage: rows row0, row0 + rows_per_pass, ...
+// below kRowCount, each row kParts 16-byte copies of which this thread makes number `part`. Found
+// once per kernel, so that a stage costs one copy and an add per row: the loop over threadIdx.x
+// it replaces cost about 450 instructions of 64-bit address arithmetic per stage in the wgmma
+// kernel, as many as the operand formation of the stage's four k16 steps.
+template <int kRowCount, int kParts, int kBlockThreads>
+struct RowShare {
+  static_assert(kBlockThreads % kParts == 0);
+  static constexpr int rows_per_pass = kBlockThreads / kParts;
+  static constexpr int passes = (kRowCount + rows_per_pass - 1) / rows_per_pass;
+  int row0 = int(threadIdx.x) / kParts, part = int(threadIdx.x) % kParts;
+  // Only the last pass can run past the rows (row0 < rows_per_pass).
+  __device__ bool has(int pass) const { return pass + 1 < passes || row0 + pass * rows_per_pass < kRowCount; }
+  // The copies of one stage: dst and src are this thread's first row; later rows follow at fixed strides.
+  template <class T>
+  __device__ __forceinline__ void copy(unsigned char* dst, int dst_pass_bytes, const T* src,
+                                       std::size_t src_pass_elements) const {
+#pragma unroll
+    for (int k = 0; k < passes; ++k)
+      if (has(k)) copy_async_16(dst + k * dst_pass_bytes, src + k * src_pass_elements);
+  }
+};
+
+// The y phases of a CTA's 16 rows for every shift: phase[r][s] = exp(2 pi i (my0 + r)(s + min_sy) / ny).
 __device__ __forceinline__ void fill_phase_table(const Params& p, int my0, float2* phase, int threads) {
   for (int i = threadIdx.x; i < kRows * p.shift_span; i += threads) {
     const int r = i / p.shift_span, s = i % p.shift_span + p.min_sy;
@@ -119,44 +144,40 @@ __device__ __forceinline__ void advance_pipeline(int chunk, int chunks, LoadStag
   copy_async_commit();
 }
 
-// This lane's A fragments of one k16 step for both channels: [c * 2 + 0] real-output rows
-// (Xr, -Xi), [c * 2 + 1] imaginary-output rows (Xi, Xr); registers 0-3 = (row g, k 2q),
-// (row g+8, k 2q), (row g, k 2q+8), (row g+8, k 2q+8), i.e. exposures q and q + 4 of the step.
-__device__ __forceinline__ void step_operands(const unsigned char* spectra, const std::int32_t* shifts,
-                                              const float2* phase_lo, const float2* phase_hi, int group,
-                                              int quad, int step, std::uint32_t (&a)[4][4]) {
+// This lane's inputs of one k16 step, in the order of the A registers 0-3 = (row g, k 2q),
+// (row g+8, k 2q), (row g, k 2q+8), (row g+8, k 2q+8), i.e. exposures q and q + 4 of the step:
+// the spectrum samples (psi, phi) and the y phases of their shifts. The kernels read them one step
+// ahead, so that the dependent shift -> phase loads overlap the products of the step before.
+struct StepInputs {
+  uint2 spectrum[4];
+  float2 phase[4];
+};
+__device__ __forceinline__ StepInputs read_step_inputs(const unsigned char* spectra, const std::int32_t* shifts,
+                                                       const float2* phase_lo, const float2* phase_hi, int group,
+                                                       int quad, int step) {
   const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
   const int s_lo = shifts[e_lo], s_hi = shifts[e_hi];
-  const uint2 sp00 = *reinterpret_cast<const uint2*>(spectra + group * kSpectrumRowBytes + e_lo * 8);
-  const uint2 sp10 = *reinterpret_cast<const uint2*>(spectra + (group + 8) * kSpectrumRowBytes + e_lo * 8);
-  const uint2 sp01 = *reinterpret_cast<const uint2*>(spectra + group * kSpectrumRowBytes + e_hi * 8);
-  const uint2 sp11 = *reinterpret_cast<const uint2*>(spectra + (group + 8) * kSpectrumRowBytes + e_hi * 8);
-  const float2 ph00 = phase_lo[s_lo], ph10 = phase_hi[s_lo], ph01 = phase_lo[s_hi], ph11 = phase_hi[s_hi];
-  spectral_operand(ph00, sp00.x, a[0][0], a[1][0]);
-  spectral_operand(ph10, sp10.x, a[0][1], a[1][1]);
-  spectral_operand(ph01, sp01.x, a[0][2], a[1][2]);
-  spectral_operand(ph11, sp11.x, a[0][3], a[1][3]);
-  spectral_operand(ph00, sp00.y, a[2][0], a[3][0]);
-  spectral_operand(ph10, sp10.y, a[2][1], a[3][1]);
-  spectral_operand(ph01, sp01.y, a[2][2], a[3][2]);
-  spectral_operand(ph11, sp11.y, a[2][3], a[3][3]);
+  StepInputs in;
+  in.spectrum[0] = *reinterpret_cast<const uint2*>(spectra + group * kSpectrumRowBytes + e_lo * 8);
+  in.spectrum[1] = *reinterpret_cast<const uint2*>(spectra + (group + 8) * kSpectrumRowBytes + e_lo * 8);
+  in.spectrum[2] = *reinterpret_cast<const uint2*>(spectra + group * kSpectrumRowBytes + e_hi * 8);
+  in.spectrum[3] = *reinterpret_cast<const uint2*>(spectra + (group + 8) * kSpectrumRowBytes + e_hi * 8);
+  in.phase[0] = phase_lo[s_lo];
+  in.phase[1] = phase_hi[s_lo];
+  in.phase[2] = phase_lo[s_hi];
+  in.phase[3] = phase_hi[s_hi];
+  return in;
 }
-
-// One channel's A fragments of one k16 step: [0] real-output rows, [1] imaginary-output rows.
-__device__ __forceinline__ void step_operands_channel(const unsigned char* spectra, const std::int32_t* shifts,
-                                                      const float2* phase_lo, const float2* phase_hi, int group,
-                                                      int quad, int step, int channel, std::uint32_t (&a)[2][4]) {
-  const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
-  const int s_lo = shifts[e_lo], s_hi = shifts[e_hi];
-  const unsigned char* base = spectra + channel * 4;  // psi half2 at +0, phi half2 at +4 of each sample
-  const std::uint32_t sp00 = *reinterpret_cast<const std::uint32_t*>(base + group * kSpectrumRowBytes + e_lo * 8);
-  const std::uint32_t sp10 = *reinterpret_cast<const std::uint32_t*>(base + (group + 8) * kSpectrumRowBytes + e_lo * 8);
-  const std::uint32_t sp01 = *reinterpret_cast<const std::uint32_t*>(base + group * kSpectrumRowBytes + e_hi * 8);
-  const std::uint32_t sp11 = *reinterpret_cast<const std::uint32_t*>(base + (group + 8) * kSpectrumRowBytes + e_hi * 8);
-  spectral_operand(phase_lo[s_lo], sp00, a[0][0], a[1][0]);
-  spectral_operand(phase_hi[s_lo], sp10, a[0][1], a[1][1]);
-  spectral_operand(phase_lo[s_hi], sp01, a[0][2], a[1][2]);
-  spectral_operand(phase_hi[s_hi], sp11, a[0][3], a[1][3]);
+// The A fragments of one channel: [0] real-output rows (Xr, -Xi), [1] imaginary-output rows (Xi, Xr).
+__device__ __forceinline__ void form_channel_operands(const StepInputs& in, int channel, std::uint32_t (&a)[2][4]) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    spectral_operand(in.phase[r], channel ? in.spectrum[r].y : in.spectrum[r].x, a[0][r], a[1][r]);
+}
+// Both channels: [c * 2 + 0] real-output rows, [c * 2 + 1] imaginary-output rows of channel c.
+__device__ __forceinline__ void form_operands(const StepInputs& in, std::uint32_t (&a)[4][4]) {
+  form_channel_operands(in, 0, reinterpret_cast<std::uint32_t(&)[2][4]>(a[0]));
+  form_channel_operands(in, 1, reinterpret_cast<std::uint32_t(&)[2][4]>(a[2]));
 }
 
 // Scales the accumulators back and writes the velocity spectra (both channels at once, see
@@ -213,26 +234,29 @@ __global__ void __launch_bounds__(kSplit ? 2 * kThreads : kThreads, 2) contract_
   fill_phase_table(p, my0, phase, kBlockThreads);
 
   const int chunks = p.exposures_padded / kChunk;
+  const std::size_t E = p.exposures_padded;
+  // x phases: 72 rows (columns a) of 8 copies (4 exposures = one core-matrix row); spectra: 16
+  // rows of 16 copies; y shifts: kWarps rows of 8 copies.
+  const RowShare<kWgmmaColumns, 8, kBlockThreads> x_rows;
+  const RowShare<kRows, 16, kBlockThreads> spectrum_rows;
+  const RowShare<kWarps, 8, kBlockThreads> shift_rows;
+  static_assert(decltype(x_rows)::rows_per_pass % 8 == 0);
+  const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
+  const int x_dst = (x_rows.row0 >> 3) * WgmmaLayout::group_bytes + x_rows.part * 128 + (x_rows.row0 & 7) * 16;
+  const uint2* spectrum_src =
+      p.half_spectra + (std::size_t(mx) * p.nyh_padded + my0 + spectrum_rows.row0) * E + spectrum_rows.part * 2;
+  const int spectrum_dst = WgmmaLayout::y_bytes + spectrum_rows.row0 * kSpectrumRowBytes + spectrum_rows.part * 16;
+  const std::int32_t* shift_src = p.shift_y_rel + std::size_t(b_cta + shift_rows.row0) * E + shift_rows.part * 4;
+  const int shift_dst = WgmmaLayout::y_bytes + Layout<9>::spectrum_bytes + shift_rows.row0 * kShiftRowBytes +
+                        shift_rows.part * 16;
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * WgmmaLayout::stage_bytes;
     const int e0 = chunk * kChunk;
-    for (int i = threadIdx.x; i < kWgmmaColumns * 8; i += kBlockThreads) {
-      const int row = i >> 3, part = i & 7;  // part: 4 exposures = one core-matrix row
-      const __half2* src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + row) * p.exposures_padded + e0 + part * 4;
-      copy_async_16(st + (row >> 3) * WgmmaLayout::group_bytes + part * 128 + (row & 7) * 16, src);
-    }
-    unsigned char* ss = st + WgmmaLayout::y_bytes;
-    for (int i = threadIdx.x; i < kRows * 16; i += kBlockThreads) {
-      const int row = i >> 4, part = i & 15;
-      const uint2* src = p.half_spectra + (std::size_t(mx) * p.nyh_padded + my0 + row) * p.exposures_padded + e0 + part * 2;
-      copy_async_16(ss + row * kSpectrumRowBytes + part * 16, src);
-    }
-    unsigned char* sh = ss + Layout<9>::spectrum_bytes;
-    for (int i = threadIdx.x; i < kWarps * 8; i += kBlockThreads) {
-      const int row = i >> 3, part = i & 7;
-      const std::int32_t* src = p.shift_y_rel + std::size_t(b_cta + row) * p.exposures_padded + e0 + part * 4;
-      copy_async_16(sh + row * kShiftRowBytes + part * 16, src);
-    }
+    x_rows.copy(st + x_dst, decltype(x_rows)::rows_per_pass / 8 * WgmmaLayout::group_bytes, x_src + e0,
+                decltype(x_rows)::rows_per_pass * E);
+    spectrum_rows.copy(st + spectrum_dst, decltype(spectrum_rows)::rows_per_pass * kSpectrumRowBytes,
+                       spectrum_src + e0, decltype(spectrum_rows)::rows_per_pass * E);
+    shift_rows.copy(st + shift_dst, 0, shift_src + e0, 0);
   };
   for (int s = 0; s < kWgmmaStages - 2; ++s) {
     if (s < chunks) load_stage(s, s);
@@ -247,31 +271,38 @@ __global__ void __launch_bounds__(kSplit ? 2 * kThreads : kThreads, 2) contract_
   std::uint32_t a[2][kProducts][4];  // double-buffered A fragments: one k16 step in flight, the next formed
   const float2* phase_lo = phase + group * p.shift_span;
   const float2* phase_hi = phase + (group + 8) * p.shift_span;
-
-  for (int chunk = 0; chunk < chunks; ++chunk) {
+  auto stage_at = [&](int chunk) { return stages + (chunk % kWgmmaStages) * WgmmaLayout::stage_bytes; };
+  auto read_inputs = [&](const unsigned char* st, int step) {
+    const unsigned char* ss = st + WgmmaLayout::y_bytes;
+    const std::int32_t* shifts = reinterpret_cast<const std::int32_t*>(ss + Layout<9>::spectrum_bytes) + warp * kChunk;
+    return read_step_inputs(ss, shifts, phase_lo, phase_hi, group, quad, step);
+  };
+  // Waits for a chunk's stage, then starts loading the one kWgmmaStages - 2 further on into the
+  // slot of the chunk before it, whose products have all completed (at most one group is pending).
+  auto enter_chunk = [&](int chunk) {
     copy_async_wait<kWgmmaStages - 3>();
     fence_async_shared();
     __syncthreads();
-    {
-      const int next = chunk + kWgmmaStages - 2;
-      if (next < chunks) load_stage(next, next % kWgmmaStages);
-      copy_async_commit();
-    }
-    const unsigned char* st = stages + (chunk % kWgmmaStages) * WgmmaLayout::stage_bytes;
-    const unsigned char* ss = st + WgmmaLayout::y_bytes;
-    const std::int32_t* shifts = reinterpret_cast<const std::int32_t*>(ss + Layout<9>::spectrum_bytes) + warp * kChunk;
+    const int ahead = chunk + kWgmmaStages - 2;
+    if (ahead < chunks) load_stage(ahead, ahead % kWgmmaStages);
+    copy_async_commit();
+  };
+
+  enter_chunk(0);
+  StepInputs next = read_inputs(stage_at(0), 0);
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const unsigned char* st = stage_at(chunk);
 #pragma unroll
     for (int step = 0; step < kChunk / 8; ++step) {
       const int buffer = step & 1;  // kChunk / 8 is even: the parity carries across chunks
+      const StepInputs in = next;
       // The products that read this buffer two steps ago must be done before it is rewritten;
       // the previous step's products keep running while this step's operands are formed.
       warpgroup_wait<1>();
       if constexpr (kSplit) {
-        step_operands_channel(ss, shifts, phase_lo, phase_hi, group, quad, step, channel,
-                              reinterpret_cast<std::uint32_t(&)[2][4]>(a[buffer]));
+        form_channel_operands(in, channel, reinterpret_cast<std::uint32_t(&)[2][4]>(a[buffer]));
       } else {
-        step_operands(ss, shifts, phase_lo, phase_hi, group, quad, step,
-                      reinterpret_cast<std::uint32_t(&)[4][4]>(a[buffer]));
+        form_operands(in, reinterpret_cast<std::uint32_t(&)[4][4]>(a[buffer]));
       }
       const std::uint64_t desc = matrix_descriptor(st + step * 2 * 128, 128, WgmmaLayout::group_bytes);
       warpgroup_fence();
@@ -282,6 +313,12 @@ __global__ void __launch_bounds__(kSplit ? 2 * kThreads : kThreads, 2) contract_
         wgmma_64x72x16(acc[k], a[buffer][k], desc);
       }
       warpgroup_commit();
+      if (step + 1 < kChunk / 8) {
+        next = read_inputs(st, step + 1);
+      } else if (chunk + 1 < chunks) {
+        enter_chunk(chunk + 1);
+        next = read_inputs(stage_at(chunk + 1), 0);
+      }
     }
   }
   warpgroup_wait<0>();
@@ -331,29 +368,27 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
   fill_phase_table(p, my0, phase, kThreads);
 
   const int chunks = p.exposures_padded / kChunk;
+  const std::size_t E = p.exposures_padded;
+  // x phases: kColumnTiles * 8 rows of kChunk half2 = 8 copies each; spectra: 16 rows of kChunk
+  // uint2 = 16 copies each; y shifts of the CTA's kWarps rows b: 8 copies each.
+  const RowShare<kColumnTiles * 8, 8, kThreads> x_rows;
+  const RowShare<kRows, 16, kThreads> spectrum_rows;
+  const RowShare<kWarps, 8, kThreads> shift_rows;
+  const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
+  const int x_dst = x_rows.row0 * kYRowBytes + x_rows.part * 16;
+  const uint2* spectrum_src =
+      p.half_spectra + (std::size_t(mx) * p.nyh_padded + my0 + spectrum_rows.row0) * E + spectrum_rows.part * 2;
+  const int spectrum_dst = L::y_bytes + spectrum_rows.row0 * kSpectrumRowBytes + spectrum_rows.part * 16;
+  const std::int32_t* shift_src = p.shift_y_rel + std::size_t(b_cta + shift_rows.row0) * E + shift_rows.part * 4;
+  const int shift_dst = L::y_bytes + L::spectrum_bytes + shift_rows.row0 * kShiftRowBytes + shift_rows.part * 16;
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * L::stage_bytes;
     const int e0 = chunk * kChunk;
-    // x phases: kColumnTiles * 8 rows of kChunk half2 = 8 x 16 B each.
-    for (int i = threadIdx.x; i < kColumnTiles * 8 * 8; i += kThreads) {
-      const int row = i >> 3, part = i & 7;
-      const __half2* src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + row) * p.exposures_padded + e0 + part * 4;
-      copy_async_16(st + row * kYRowBytes + part * 16, src);
-    }
-    // Spectra: 16 rows of kChunk uint2 = 16 x 16 B each.
-    unsigned char* ss = st + L::y_bytes;
-    for (int i = threadIdx.x; i < kRows * 16; i += kThreads) {
-      const int row = i >> 4, part = i & 15;
-      const uint2* src = p.half_spectra + (std::size_t(mx) * p.nyh_padded + my0 + row) * p.exposures_padded + e0 + part * 2;
-      copy_async_16(ss + row * kSpectrumRowBytes + part * 16, src);
-    }
-    // y shifts of the CTA's kWarps rows b: 8 x 16 B each.
-    unsigned char* sh = ss + L::spectrum_bytes;
-    for (int i = threadIdx.x; i < kWarps * 8; i += kThreads) {
-      const int row = i >> 3, part = i & 7;
-      const std::int32_t* src = p.shift_y_rel + std::size_t(b_cta + row) * p.exposures_padded + e0 + part * 4;
-      copy_async_16(sh + row * kShiftRowBytes + part * 16, src);
-    }
+    x_rows.copy(st + x_dst, decltype(x_rows)::rows_per_pass * kYRowBytes, x_src + e0,
+                decltype(x_rows)::rows_per_pass * E);
+    spectrum_rows.copy(st + spectrum_dst, decltype(spectrum_rows)::rows_per_pass * kSpectrumRowBytes,
+                       spectrum_src + e0, decltype(spectrum_rows)::rows_per_pass * E);
+    shift_rows.copy(st + shift_dst, 0, shift_src + e0, 0);
   };
 
   for (int s = 0; s < kStages - 1; ++s) {
@@ -371,16 +406,22 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
   const int ld_row = ((lane >> 4) * 8 + (lane & 7)) * kYRowBytes + ((lane >> 3) & 1) * 16;
   const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
 
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    advance_pipeline<kStages>(chunk, chunks, load_stage);
-    const unsigned char* st = stages + (chunk % kStages) * L::stage_bytes;
-    const unsigned char* ys = st;
+  auto stage_at = [&](int chunk) { return stages + (chunk % kStages) * L::stage_bytes; };
+  auto read_inputs = [&](const unsigned char* st, int step) {
     const unsigned char* ss = st + L::y_bytes;
     const std::int32_t* shifts = reinterpret_cast<const std::int32_t*>(ss + L::spectrum_bytes) + warp * kChunk;
+    return read_step_inputs(ss, shifts, phase_lo, phase_hi, group, quad, step);
+  };
+  advance_pipeline<kStages>(0, chunks, load_stage);
+  StepInputs next = read_inputs(stage_at(0), 0);
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const unsigned char* ys = stage_at(chunk);
 #pragma unroll
     for (int step = 0; step < kChunk / 8; ++step) {
       std::uint32_t operands[4][4];
-      step_operands(ss, shifts, phase_lo, phase_hi, group, quad, step, operands);
+      form_operands(next, operands);
+      constexpr int kLastStep = kChunk / 8 - 1;
+      if (step < kLastStep) next = read_inputs(ys, step + 1);
       const unsigned char* ystep = ys + step * 32;  // 8 exposures = 32 bytes into each row
 #pragma unroll
       for (int n = 0; n < kColumnTiles; n += 2) {
@@ -402,6 +443,11 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
             mma_16x8x16(acc[c][1][n + 1], operands[2 * c + 1], b2, b3);
           }
         }
+      }
+      // After the last step's products: the refill of advance_pipeline reuses this chunk's slot.
+      if (step == kLastStep && chunk + 1 < chunks) {
+        advance_pipeline<kStages>(chunk + 1, chunks, load_stage);
+        next = read_inputs(stage_at(chunk + 1), 0);
       }
     }
   }
@@ -519,40 +565,39 @@ __global__ void __launch_bounds__(kThreads, 2) contract_fractional_kernel(Fracti
   fill_phase_table(p, my0, phase, kThreads);
 
   const int chunks = p.exposures_padded / kFracChunk;
+  const std::size_t E = p.exposures_padded;
+  constexpr int kTableParts = kFracChunk * 4 / 16;  // 16-byte pieces of a table (or shift) row
+  constexpr int kPairParts = kFracChunk * 8 / 16;   // of a (psi, phi) or covariance row
+  // Three x tables of kColumnTiles * 8 rows; spectra and covariances (16 rows of pairs each);
+  // diagonals (16 rows); the shifts and the fractions of the CTA's kWarps rows b.
+  const RowShare<kColumnTiles * 8, kTableParts, kThreads> x_rows;
+  const RowShare<kRows, kPairParts, kThreads> pair_rows;
+  const RowShare<kRows, kTableParts, kThreads> diagonal_rows;
+  const RowShare<kWarps, kTableParts, kThreads> shift_rows;
+  using XRows = decltype(x_rows);
+  const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
+  const int x_dst = x_rows.row0 * kFracYRowBytes + x_rows.part * 16;
+  const std::size_t pair_at = (std::size_t(mx) * p.nyh_padded + my0 + pair_rows.row0) * E + pair_rows.part * 2;
+  const int pair_dst = pair_rows.row0 * kFracPairRowBytes + pair_rows.part * 16;
+  const __half2* diagonal_src =
+      fp.half_diagonals + (std::size_t(mx) * p.nyh_padded + my0 + diagonal_rows.row0) * E + diagonal_rows.part * 4;
+  const int diagonal_dst = L::y_bytes + L::spectrum_bytes + L::covariance_bytes +
+                           diagonal_rows.row0 * kFracHalfRowBytes + diagonal_rows.part * 16;
+  const std::size_t shift_at = std::size_t(b_cta + shift_rows.row0) * E + shift_rows.part * 4;
+  const int shift_dst = L::y_bytes + L::spectrum_bytes + L::covariance_bytes + L::diagonal_bytes +
+                        shift_rows.row0 * kFracShiftRowBytes + shift_rows.part * 16;
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * L::stage_bytes;
     const int e0 = chunk * kFracChunk;
-    constexpr int kTableParts = kFracChunk * 4 / 16;  // 16-byte pieces of a table row
-    for (int i = threadIdx.x; i < kFracTables * kColumnTiles * 8 * kTableParts; i += kThreads) {
-      const int t = i / (kColumnTiles * 8 * kTableParts), row = i / kTableParts % (kColumnTiles * 8),
-                part = i % kTableParts;
-      const __half2* src = p.x_phases + t * fp.table_stride +
-                           (std::size_t(mx) * p.va_padded + a0 + row) * p.exposures_padded + e0 + part * 4;
-      copy_async_16(st + t * L::table_bytes + row * kFracYRowBytes + part * 16, src);
-    }
-    unsigned char* ss = st + L::y_bytes;
-    unsigned char* sc = ss + L::spectrum_bytes;
-    constexpr int kPairParts = kFracChunk * 8 / 16;
-    for (int i = threadIdx.x; i < 2 * kRows * kPairParts; i += kThreads) {
-      const int which = i / (kRows * kPairParts), row = i / kPairParts % kRows, part = i % kPairParts;
-      const std::size_t at = (std::size_t(mx) * p.nyh_padded + my0 + row) * p.exposures_padded + e0 + part * 2;
-      copy_async_16((which ? sc : ss) + row * kFracPairRowBytes + part * 16,
-                    which ? fp.half_covariances + at : p.half_spectra + at);
-    }
-    unsigned char* sd = sc + L::covariance_bytes;
-    for (int i = threadIdx.x; i < kRows * kTableParts; i += kThreads) {
-      const int row = i / kTableParts, part = i % kTableParts;
-      const __half2* src =
-          fp.half_diagonals + (std::size_t(mx) * p.nyh_padded + my0 + row) * p.exposures_padded + e0 + part * 4;
-      copy_async_16(sd + row * kFracHalfRowBytes + part * 16, src);
-    }
-    unsigned char* sh = sd + L::diagonal_bytes;
-    for (int i = threadIdx.x; i < 2 * kWarps * kTableParts; i += kThreads) {
-      const int which = i / (kWarps * kTableParts), row = i / kTableParts % kWarps, part = i % kTableParts;
-      const std::size_t at = std::size_t(b_cta + row) * p.exposures_padded + e0 + part * 4;
-      copy_async_16(sh + which * L::shift_bytes + row * kFracShiftRowBytes + part * 16,
-                    which ? static_cast<const void*>(fp.frac_y_rel + at) : static_cast<const void*>(p.shift_y_rel + at));
-    }
+#pragma unroll
+    for (int t = 0; t < kFracTables; ++t)
+      x_rows.copy(st + t * L::table_bytes + x_dst, XRows::rows_per_pass * kFracYRowBytes,
+                  x_src + t * fp.table_stride + e0, XRows::rows_per_pass * E);
+    pair_rows.copy(st + L::y_bytes + pair_dst, 0, p.half_spectra + pair_at + e0, 0);
+    pair_rows.copy(st + L::y_bytes + L::spectrum_bytes + pair_dst, 0, fp.half_covariances + pair_at + e0, 0);
+    diagonal_rows.copy(st + diagonal_dst, 0, diagonal_src + e0, 0);
+    shift_rows.copy(st + shift_dst, 0, p.shift_y_rel + shift_at + e0, 0);
+    shift_rows.copy(st + shift_dst + L::shift_bytes, 0, fp.frac_y_rel + shift_at + e0, 0);
   };
 
   for (int s = 0; s < kFracStages - 1; ++s) {
@@ -689,11 +734,10 @@ class TensorCoreEngine final : public SpectralEngine {
   void prepare(SpectralState& s) override {
     pack_half_spectra(s, tc::kWarps);
     column_tiles_ = std::min(tc::kMaxColumnTiles, (s.va + 7) / 8);
-    // wgmma (HGMMA) when the column block is full width, mma.sync (HMMA) for narrow banks; the
-    // environment variable SHIFTSTACK_TC_KERNEL=mma|wgmma forces one (for tests and timing).
+    // mma.sync (HMMA), the faster on every measured bank; the environment variable
+    // SHIFTSTACK_TC_KERNEL=mma|wgmma|wgmma-split forces one (for tests and timing).
     const char* forced = std::getenv("SHIFTSTACK_TC_KERNEL");
-    const std::string kernel =
-        forced ? forced : (column_tiles_ == tc::kMaxColumnTiles && !s.fractional ? "wgmma" : "mma");
+    const std::string kernel = forced ? forced : "mma";
     require(kernel == "mma" || kernel == "wgmma" || kernel == "wgmma-split",
             "SHIFTSTACK_TC_KERNEL must be mma, wgmma or wgmma-split, not '" + kernel + "'");
     require(!s.fractional || kernel == "mma",
