@@ -146,8 +146,8 @@ __device__ __forceinline__ void advance_pipeline(int chunk, int chunks, LoadStag
 
 // This lane's inputs of one k16 step, in the order of the A registers 0-3 = (row g, k 2q),
 // (row g+8, k 2q), (row g, k 2q+8), (row g+8, k 2q+8), i.e. exposures q and q + 4 of the step:
-// the spectrum samples (psi, phi) and the y phases of their shifts. The kernels read them one step
-// ahead, so that the dependent shift -> phase loads overlap the products of the step before.
+// the spectrum samples (psi, phi) and the y phases of their shifts. The wgmma kernel reads them
+// one step ahead, so that the dependent shift -> phase loads overlap the products in flight.
 struct StepInputs {
   uint2 spectrum[4];
   float2 phase[4];
@@ -412,16 +412,16 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
     const std::int32_t* shifts = reinterpret_cast<const std::int32_t*>(ss + L::spectrum_bytes) + warp * kChunk;
     return read_step_inputs(ss, shifts, phase_lo, phase_hi, group, quad, step);
   };
-  advance_pipeline<kStages>(0, chunks, load_stage);
-  StepInputs next = read_inputs(stage_at(0), 0);
+  // Each step reads its inputs and forms its operands just before its products: reading them a
+  // step ahead, as the wgmma kernel does, measured no faster here (the compiler already overlaps
+  // them with the previous step's products; bench/RESULTS.md, "Fourier-route stages").
   for (int chunk = 0; chunk < chunks; ++chunk) {
+    advance_pipeline<kStages>(chunk, chunks, load_stage);
     const unsigned char* ys = stage_at(chunk);
 #pragma unroll
     for (int step = 0; step < kChunk / 8; ++step) {
       std::uint32_t operands[4][4];
-      form_operands(next, operands);
-      constexpr int kLastStep = kChunk / 8 - 1;
-      if (step < kLastStep) next = read_inputs(ys, step + 1);
+      form_operands(read_inputs(ys, step), operands);
       const unsigned char* ystep = ys + step * 32;  // 8 exposures = 32 bytes into each row
 #pragma unroll
       for (int n = 0; n < kColumnTiles; n += 2) {
@@ -443,11 +443,6 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
             mma_16x8x16(acc[c][1][n + 1], operands[2 * c + 1], b2, b3);
           }
         }
-      }
-      // After the last step's products: the refill of advance_pipeline reuses this chunk's slot.
-      if (step == kLastStep && chunk + 1 < chunks) {
-        advance_pipeline<kStages>(chunk + 1, chunks, load_stage);
-        next = read_inputs(stage_at(chunk + 1), 0);
       }
     }
   }
