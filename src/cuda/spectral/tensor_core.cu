@@ -110,6 +110,33 @@ struct RowShare {
   }
 };
 
+// The spectra (16 rows of kChunk (psi, phi) pairs, 16 copies each) and the y shifts (the CTA's
+// kWarps rows b, 8 copies each) of one stage of the integer kernels, which place them right
+// after their x phases (y_bytes into the stage).
+template <int kBlockThreads>
+struct SpectrumShiftCopies {
+  RowShare<kRows, 16, kBlockThreads> spectrum_rows;
+  RowShare<kWarps, 8, kBlockThreads> shift_rows;
+  const uint2* spectrum_src;
+  const std::int32_t* shift_src;
+  int spectrum_dst, shift_dst;
+  std::size_t spectrum_pass_elements;
+  __device__ SpectrumShiftCopies(const Params& p, int mx, int my0, int b_cta, int y_bytes) {
+    const std::size_t E = p.exposures_padded;
+    spectrum_src =
+        p.half_spectra + (std::size_t(mx) * p.nyh_padded + my0 + spectrum_rows.row0) * E + spectrum_rows.part * 2;
+    spectrum_dst = y_bytes + spectrum_rows.row0 * kSpectrumRowBytes + spectrum_rows.part * 16;
+    spectrum_pass_elements = decltype(spectrum_rows)::rows_per_pass * E;
+    shift_src = p.shift_y_rel + std::size_t(b_cta + shift_rows.row0) * E + shift_rows.part * 4;
+    shift_dst = y_bytes + Layout<9>::spectrum_bytes + shift_rows.row0 * kShiftRowBytes + shift_rows.part * 16;
+  }
+  __device__ __forceinline__ void copy(unsigned char* stage, int e0) const {
+    spectrum_rows.copy(stage + spectrum_dst, decltype(spectrum_rows)::rows_per_pass * kSpectrumRowBytes,
+                       spectrum_src + e0, spectrum_pass_elements);
+    shift_rows.copy(stage + shift_dst, 0, shift_src + e0, 0);
+  }
+};
+
 // The y phases of a CTA's 16 rows for every shift: phase[r][s] = exp(2 pi i (my0 + r)(s + min_sy) / ny).
 __device__ __forceinline__ void fill_phase_table(const Params& p, int my0, float2* phase, int threads) {
   for (int i = threadIdx.x; i < kRows * p.shift_span; i += threads) {
@@ -235,28 +262,18 @@ __global__ void __launch_bounds__(kSplit ? 2 * kThreads : kThreads, 2) contract_
 
   const int chunks = p.exposures_padded / kChunk;
   const std::size_t E = p.exposures_padded;
-  // x phases: 72 rows (columns a) of 8 copies (4 exposures = one core-matrix row); spectra: 16
-  // rows of 16 copies; y shifts: kWarps rows of 8 copies.
+  // x phases: 72 rows (columns a) of 8 copies (4 exposures = one core-matrix row).
   const RowShare<kWgmmaColumns, 8, kBlockThreads> x_rows;
-  const RowShare<kRows, 16, kBlockThreads> spectrum_rows;
-  const RowShare<kWarps, 8, kBlockThreads> shift_rows;
   static_assert(decltype(x_rows)::rows_per_pass % 8 == 0);
   const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
   const int x_dst = (x_rows.row0 >> 3) * WgmmaLayout::group_bytes + x_rows.part * 128 + (x_rows.row0 & 7) * 16;
-  const uint2* spectrum_src =
-      p.half_spectra + (std::size_t(mx) * p.nyh_padded + my0 + spectrum_rows.row0) * E + spectrum_rows.part * 2;
-  const int spectrum_dst = WgmmaLayout::y_bytes + spectrum_rows.row0 * kSpectrumRowBytes + spectrum_rows.part * 16;
-  const std::int32_t* shift_src = p.shift_y_rel + std::size_t(b_cta + shift_rows.row0) * E + shift_rows.part * 4;
-  const int shift_dst = WgmmaLayout::y_bytes + Layout<9>::spectrum_bytes + shift_rows.row0 * kShiftRowBytes +
-                        shift_rows.part * 16;
+  const SpectrumShiftCopies<kBlockThreads> spectrum_shift_copies(p, mx, my0, b_cta, WgmmaLayout::y_bytes);
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * WgmmaLayout::stage_bytes;
     const int e0 = chunk * kChunk;
     x_rows.copy(st + x_dst, decltype(x_rows)::rows_per_pass / 8 * WgmmaLayout::group_bytes, x_src + e0,
                 decltype(x_rows)::rows_per_pass * E);
-    spectrum_rows.copy(st + spectrum_dst, decltype(spectrum_rows)::rows_per_pass * kSpectrumRowBytes,
-                       spectrum_src + e0, decltype(spectrum_rows)::rows_per_pass * E);
-    shift_rows.copy(st + shift_dst, 0, shift_src + e0, 0);
+    spectrum_shift_copies.copy(st, e0);
   };
   for (int s = 0; s < kWgmmaStages - 2; ++s) {
     if (s < chunks) load_stage(s, s);
@@ -369,26 +386,17 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
 
   const int chunks = p.exposures_padded / kChunk;
   const std::size_t E = p.exposures_padded;
-  // x phases: kColumnTiles * 8 rows of kChunk half2 = 8 copies each; spectra: 16 rows of kChunk
-  // uint2 = 16 copies each; y shifts of the CTA's kWarps rows b: 8 copies each.
+  // x phases: kColumnTiles * 8 rows of kChunk half2 = 8 copies each.
   const RowShare<kColumnTiles * 8, 8, kThreads> x_rows;
-  const RowShare<kRows, 16, kThreads> spectrum_rows;
-  const RowShare<kWarps, 8, kThreads> shift_rows;
   const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
   const int x_dst = x_rows.row0 * kYRowBytes + x_rows.part * 16;
-  const uint2* spectrum_src =
-      p.half_spectra + (std::size_t(mx) * p.nyh_padded + my0 + spectrum_rows.row0) * E + spectrum_rows.part * 2;
-  const int spectrum_dst = L::y_bytes + spectrum_rows.row0 * kSpectrumRowBytes + spectrum_rows.part * 16;
-  const std::int32_t* shift_src = p.shift_y_rel + std::size_t(b_cta + shift_rows.row0) * E + shift_rows.part * 4;
-  const int shift_dst = L::y_bytes + L::spectrum_bytes + shift_rows.row0 * kShiftRowBytes + shift_rows.part * 16;
+  const SpectrumShiftCopies<kThreads> spectrum_shift_copies(p, mx, my0, b_cta, L::y_bytes);
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * L::stage_bytes;
     const int e0 = chunk * kChunk;
     x_rows.copy(st + x_dst, decltype(x_rows)::rows_per_pass * kYRowBytes, x_src + e0,
                 decltype(x_rows)::rows_per_pass * E);
-    spectrum_rows.copy(st + spectrum_dst, decltype(spectrum_rows)::rows_per_pass * kSpectrumRowBytes,
-                       spectrum_src + e0, decltype(spectrum_rows)::rows_per_pass * E);
-    shift_rows.copy(st + shift_dst, 0, shift_src + e0, 0);
+    spectrum_shift_copies.copy(st, e0);
   };
 
   for (int s = 0; s < kStages - 1; ++s) {
@@ -729,7 +737,7 @@ class TensorCoreEngine final : public SpectralEngine {
   void prepare(SpectralState& s) override {
     pack_half_spectra(s, tc::kWarps);
     column_tiles_ = std::min(tc::kMaxColumnTiles, (s.va + 7) / 8);
-    // mma.sync (HMMA), the faster on every measured bank; the environment variable
+    // mma.sync (HMMA), the faster on `dense` on the H200 and on an H100; the environment variable
     // SHIFTSTACK_TC_KERNEL=mma|wgmma|wgmma-split forces one (for tests and timing).
     const char* forced = std::getenv("SHIFTSTACK_TC_KERNEL");
     const std::string kernel = forced ? forced : "mma";
