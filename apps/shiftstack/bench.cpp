@@ -118,6 +118,8 @@ struct StageRecorder {
     record["useful_flops"] = d.useful_flops;
     record["contraction_tflops"] = contraction > 0 ? d.useful_flops / (contraction * 1e-3) / 1e12 : 0.0;
     record["padded_transform"] = {d.geometry.nx, d.geometry.ny};
+    record["post_processing_route"] =
+        d.fused_scoring ? "inverse along y (cuFFT), inverse along x fused with the scoring" : "2-D inverse (cuFFT), then scoring";
     record["recomputed_trials"] = d.recomputed_trials;
     record["clamped_trials"] = d.clamped_trials;
   }

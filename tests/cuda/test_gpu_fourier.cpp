@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include <cuda_runtime.h>
 #include <cufft.h>
@@ -250,6 +251,46 @@ TEST(GpuFourier, ManyVelocityChunksAgreeWithOne) {
     const std::size_t differing = compare_top_k(many.top_k, one.top_k, 1e-4);
     EXPECT_LE(differing, std::max<std::size_t>(2, one.top_k.size() / 1000)) << "top-k entries naming other trials";
   }
+}
+
+// The fused route (cuFFT along y, the inverse along x inside the scoring kernel) against the
+// reference gather and against the 2-D route (SHIFTSTACK_FUSED_SCORING=0), for padded x axes whose
+// radices cover every butterfly of the fused transform: 45 (5 3 3), 56 (8 7), 81 (3 3 3 3),
+// 98 (2 7 7), 100 (4 5 5), 120 (8 5 3). Also a region whose last strip of columns is partial.
+TEST(GpuFourier, FusedScoringAgreesWithReferenceAndTheTwoDimensionalRoute) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  auto reference = make_engine("reference");
+  std::set<int> padded_widths;
+  for (int width : {36, 48, 74, 90, 92, 106}) {
+    KitOptions o = workload("ci");
+    o.exposures = 12, o.width = width, o.height = 48, o.vx_count = 5, o.vy_count = 7;
+    o.velocity_displacement = 6, o.curve_amplitude = 2;
+    Case c;
+    c.kit = make_kit(o);
+    c.stack = encode_kit(c.kit, Encoding::fp32);
+    const double z_thr = bonferroni_threshold(0.05, double(width) * o.height * c.kit.bank.size());
+    const OutputPolicy policy = listing_policy(z_thr);
+    const Region region{3, 5, width - 7, 41};  // 41 columns y: a strip of 32 and a partial one
+    c.reference = search(*reference, c.stack, c.kit.bank, policy, region);
+    for (const auto& cand : c.reference.candidates)
+      if (std::abs(cand.Z - z_thr) <= 1e-4) ++c.near_threshold;
+    for (const std::string& name : kEngines) {
+      SCOPED_TRACE(name + ", width " + std::to_string(width));
+      auto engine = make_engine(name);
+      const SearchResult fused = search(*engine, c.stack, c.kit.bank, policy, region);
+      EXPECT_TRUE(diagnostics_of(*engine).fused_scoring);
+      padded_widths.insert(diagnostics_of(*engine).geometry.nx);
+      expect_agreement(name, c, fused, tolerance_for(name));
+      setenv("SHIFTSTACK_FUSED_SCORING", "0", 1);
+      const SearchResult two_d = search(*engine, c.stack, c.kit.bank, policy, region);
+      unsetenv("SHIFTSTACK_FUSED_SCORING");
+      EXPECT_FALSE(diagnostics_of(*engine).fused_scoring);
+      for (const auto& f : compare(two_d.digest, fused.digest, tolerance_for(name)).failures) ADD_FAILURE() << f;
+      EXPECT_EQ(fused.digest.scored, two_d.digest.scored);
+      EXPECT_EQ(fused.candidates.size(), two_d.candidates.size());
+    }
+  }
+  EXPECT_EQ(padded_widths, (std::set<int>{45, 56, 81, 98, 100, 120})) << "the kit's reach changed: pick new widths";
 }
 
 TEST(GpuFourier, TensorCoreMatchesCpuEmulation) {

@@ -25,8 +25,8 @@ const char* cufft_status_name(cufftResult status) {
 
 const char* cublas_status_name(cublasStatus_t status) { return cublasGetStatusName(status); }
 
-void FftPlan::make(int nx, int ny, int batch, bool forward, cudaStream_t stream) {
-  if (matches(nx, ny, batch, forward)) return;
+void FftPlan::make(int nx, int ny, int batch, FftShape shape, cudaStream_t stream) {
+  if (matches(nx, ny, batch, shape)) return;
   if (made_) SHIFTSTACK_CUFFT_CHECK(cufftDestroy(handle_));
   made_ = false;
   const int nyh = ny / 2 + 1;
@@ -34,14 +34,22 @@ void FftPlan::make(int nx, int ny, int batch, bool forward, cudaStream_t stream)
   int real_embed[2] = {nx, 2 * nyh};  // in place: real rows padded to 2 nyh floats
   int complex_embed[2] = {nx, nyh};
   const int real_dist = nx * 2 * nyh, complex_dist = nx * nyh;
-  if (forward)
-    SHIFTSTACK_CUFFT_CHECK(cufftPlanMany(&handle_, 2, n, real_embed, 1, real_dist, complex_embed, 1,
-                                         complex_dist, CUFFT_R2C, batch));
-  else
-    SHIFTSTACK_CUFFT_CHECK(cufftPlanMany(&handle_, 2, n, nullptr, 1, nx * ny, nullptr, 1, nx * ny, CUFFT_C2C, batch));
+  switch (shape) {
+    case FftShape::forward_planes:
+      SHIFTSTACK_CUFFT_CHECK(cufftPlanMany(&handle_, 2, n, real_embed, 1, real_dist, complex_embed, 1,
+                                           complex_dist, CUFFT_R2C, batch));
+      break;
+    case FftShape::inverse_planes:
+      SHIFTSTACK_CUFFT_CHECK(
+          cufftPlanMany(&handle_, 2, n, nullptr, 1, nx * ny, nullptr, 1, nx * ny, CUFFT_C2C, batch));
+      break;
+    case FftShape::inverse_y_lines:
+      SHIFTSTACK_CUFFT_CHECK(cufftPlanMany(&handle_, 1, &ny, nullptr, 1, ny, nullptr, 1, ny, CUFFT_C2C, batch));
+      break;
+  }
   SHIFTSTACK_CUFFT_CHECK(cufftSetStream(handle_, stream));
   made_ = true;
-  nx_ = nx, ny_ = ny, batch_ = batch, forward_ = forward;
+  nx_ = nx, ny_ = ny, batch_ = batch, shape_ = shape;
 }
 
 SpectralState::SpectralState() {
@@ -324,7 +332,7 @@ void forward_transforms(SpectralState& s) {
                                                            reinterpret_cast<float*>(s.spectra.get()));
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
-  s.forward_plan.make(g.nx, g.ny, s.input_channels() * E, true, s.stream);
+  s.forward_plan.make(g.nx, g.ny, s.input_channels() * E, FftShape::forward_planes, s.stream);
   SHIFTSTACK_CUFFT_CHECK(cufftExecR2C(s.forward_plan.handle(), reinterpret_cast<cufftReal*>(s.spectra.get()),
                                       reinterpret_cast<cufftComplex*>(s.spectra.get())));
 }

@@ -63,6 +63,13 @@ const char* cublas_status_name(cublasStatus_t status);
 
 namespace shiftstack::cuda {
 
+// What an FftPlan transforms, in place.
+enum class FftShape {
+  forward_planes,  // batched 2-D real to half complex over nx x ny (real rows padded to 2 nyh)
+  inverse_planes,  // batched 2-D complex to complex over the full nx x ny grid
+  inverse_y_lines, // batched 1-D complex to complex along y (contiguous lines of ny)
+};
+
 // A cuFFT plan for a fixed shape, made once and reused.
 class FftPlan {
  public:
@@ -72,17 +79,17 @@ class FftPlan {
   ~FftPlan() {
     if (made_) cufftDestroy(handle_);
   }
-  // Batched 2-D transform of nx x ny planes, in place: forward, real to half complex (real rows
-  // padded to 2 nyh); inverse, complex to complex over the full grid.
-  void make(int nx, int ny, int batch, bool forward, cudaStream_t stream);
-  bool matches(int nx, int ny, int batch, bool forward) const {
-    return made_ && nx == nx_ && ny == ny_ && batch == batch_ && forward == forward_;
+  // `batch`: planes, or for inverse_y_lines the lines (nx of them per plane).
+  void make(int nx, int ny, int batch, FftShape shape, cudaStream_t stream);
+  bool matches(int nx, int ny, int batch, FftShape shape) const {
+    return made_ && nx == nx_ && ny == ny_ && batch == batch_ && shape == shape_;
   }
   cufftHandle handle() const { return handle_; }
 
  private:
   cufftHandle handle_{};
-  bool made_ = false, forward_ = false;
+  bool made_ = false;
+  FftShape shape_ = FftShape::forward_planes;
   int nx_ = 0, ny_ = 0, batch_ = 0;
 };
 
@@ -179,7 +186,12 @@ struct SpectralState {
   // Velocity chunk output and the inverse transforms.
   DeviceArray<float2> velocity_spectra;
   int chunk_rows = 0;  // velocity rows b per chunk (the last may have fewer)
-  std::map<int, std::unique_ptr<FftPlan>> inverse_plans;  // by batch
+  std::map<std::pair<FftShape, int>, std::unique_ptr<FftPlan>> inverse_plans;  // by shape and batch
+  // Post-processing route of this search (choose_post_processing): true, cuFFT inverts along y
+  // only and the scoring kernel inverts along x in shared memory, so the planes are not written
+  // and read back a second time; false, cuFFT inverts both axes and the scoring reads the planes.
+  bool fused_scoring = false;
+  DeviceArray<std::int32_t> x_positions;  // fused: where input row mx sits before the in-place stages
   std::vector<cudaEvent_t> chunk_events;                  // 3 per velocity chunk
 
   // Scoring outputs.
@@ -323,6 +335,12 @@ void forward_transforms(SpectralState& state);
 // FP16 spectra and per-frequency scales, and shift_y_rel, for the FP16 engines; for fractional
 // shifts also the FP16 covariance channels and frac_y_rel.
 void pack_half_spectra(SpectralState& state, int vb_granularity);
+// Picks state.fused_scoring for this search (before the plans are made): the fused route needs no
+// top-k lists (their kernel reads whole planes), an x axis whose lines fit twice per SM in shared
+// memory, and no SHIFTSTACK_FUSED_SCORING=0 (which keeps the 2-D route, for A/B timing).
+void choose_post_processing(SpectralState& state);
+// The inverse plan of a chunk of `rows` velocity rows on the chosen route (made once per shape).
+FftPlan& inverse_plan(SpectralState& state, int rows);
 // Velocity-spectrum chunk -> inverse FFTs -> crop, score, digest partials, candidates, top-k.
 void inverse_transforms(SpectralState& state, int rows);
 // Fills state.extreme_probes from the shift tables.

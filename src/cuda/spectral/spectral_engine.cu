@@ -171,13 +171,9 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
     s.chunk_events.push_back(e);
   }
   // Plans before the clock starts (made once per shape).
-  s.forward_plan.make(g.nx, g.ny, s.input_channels() * s.exposures, true, s.stream);
-  for (int b = 0; b < s.vb; b += s.chunk_rows) {
-    const int rows = std::min(s.chunk_rows, s.vb - b);
-    auto& plan = s.inverse_plans[rows * s.va];
-    if (!plan) plan = std::make_unique<FftPlan>();
-    plan->make(g.nx, g.ny, rows * s.va, false, s.stream);
-  }
+  s.forward_plan.make(g.nx, g.ny, s.input_channels() * s.exposures, FftShape::forward_planes, s.stream);
+  choose_post_processing(s);
+  for (int b = 0; b < s.vb; b += s.chunk_rows) inverse_plan(s, std::min(s.chunk_rows, s.vb - b));
 
   // The scan; run again (rare) when more trials needed the exact gather than the list could hold.
   unsigned long long recomputed = 0;
@@ -220,6 +216,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   d.geometry = g;
   d.useful_flops = g.useful_flops(s.exposures, V);
   d.velocity_chunks = chunks;
+  d.fused_scoring = s.fused_scoring;
   d.times.forward_ms = elapsed_ms(s.events[0], s.events[1]);
   d.times.tables_ms = elapsed_ms(s.events[1], s.events[2]);
   cudaEvent_t previous = s.events[2];

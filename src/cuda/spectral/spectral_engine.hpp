@@ -21,8 +21,8 @@ struct SpectralStageTimes {
   double forward_ms = 0;      // decode, zero padding, forward FFTs of psi and phi
   double tables_ms = 0;       // engine-specific preparation: FP16 spectra and scales, phase tables
   double contraction_ms = 0;  // the per-frequency products (all velocity chunks)
-  double inverse_ms = 0;      // inverse FFTs per velocity and channel
-  double scoring_ms = 0;      // crop, exact no-sample test, Z, digest partials, candidates, top-k
+  double inverse_ms = 0;      // inverse FFTs per velocity (fused route: along y only)
+  double scoring_ms = 0;      // (fused route: inverse along x,) crop, no-sample test, Z, digest, candidates, top-k
   double total_ms = 0;        // first event to last: the scan
 };
 
@@ -36,6 +36,9 @@ struct SpectralDiagnostics {
   std::int64_t recomputed_trials = 0;
   float b_trusted = 0;              // the B below which trials were gathered exactly (0: none)
   float b_floor = 0;                // smallest positive weighted phi: a lower bound of any scored B
+  // Post-processing route: the inverse along x ran inside the scoring kernel (cuFFT only along y),
+  // else cuFFT's 2-D inverse, then scoring.
+  bool fused_scoring = false;
   SpectralStageTimes times;
   double contraction_tflops() const {
     return times.contraction_ms > 0 ? useful_flops / (times.contraction_ms * 1e-3) / 1e12 : 0.0;

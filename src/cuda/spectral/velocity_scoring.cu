@@ -1,9 +1,14 @@
-// Back half of the Fourier route, shared by the three engines: one complex inverse FFT per
-// velocity (in place; its real part is A, its imaginary part B), crop to the search region, the
-// exact no-sample test, Z = A / sqrt(B), digest partials (double sums), candidates above a
-// threshold, and per-origin top-k.
+// Back half of the Fourier route, shared by the three engines: the inverse transform per velocity
+// (in place; its real part is A, its imaginary part B), crop to the search region, the exact
+// no-sample test, Z = A / sqrt(B), digest partials (double sums), candidates above a threshold,
+// and per-origin top-k. Two routes: cuFFT along y and the inverse along x inside the scoring
+// kernel (transform_score_kernel), or cuFFT's 2-D inverse and then score_kernel (top-k lists,
+// and x axes too long for shared memory).
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "cuda/common/z_gate.hpp"
 #include "spectra.cuh"
@@ -262,7 +267,8 @@ constexpr int kTrialsInFlight = 2;
 // Scored trials whose transform B is untrusted are not gathered here but listed for
 // recompute_kernel: the exact gather inlined in this kernel (845a5e5) took it from 78 to 106
 // registers, 3 to 2 blocks per SM, and doubled the scoring time of every Fourier-route engine.
-constexpr int kHardQueue = 32 + 32 * kTrialsInFlight;
+constexpr int hard_queue(int in_flight) { return 32 + 32 * in_flight; }
+constexpr int kHardQueue = hard_queue(kTrialsInFlight);
 
 // Queued trial flags.
 constexpr int kClamped = 1;    // B was raised to the floor
@@ -356,39 +362,39 @@ __device__ DigestPartial shuffle_partial(const DigestPartial& p, int offset) {
   return q;
 }
 
-// One warp per (velocity of the chunk, strip of 32 region columns y): lanes consecutive in y (the
-// planes are y-contiguous), each walking the region's rows x; the warp's partial digest goes to
-// its own slot, merged on the host in a fixed order. One-warp blocks, because blocks of 8 warps
-// (one velocity) spent a quarter of the scoring at their final barrier, waiting for the warp with
-// the most trials to decide exactly (Nsight Compute, `dense`, fb39fce).
-// One instantiation per shift mode, so that the integer one carries no bilinear corner tests
-// (they cost it a fifth of its time).
-template <bool Fractional>
-__global__ void __launch_bounds__(32, kScoreBlocks) score_kernel(ScoreInputs in, double z_thr, ScoreOutputs out) {
-  __shared__ Probes probes;
-  const int strips = (in.rh + 31) / 32;
-  const int v_local = blockIdx.x / strips, strip = blockIdx.x % strips;
-  const int a = v_local % in.va, b = in.b_begin + v_local / in.va;
-  const long long velocity = (long long)b * in.va + a;
-  if (threadIdx.x < 1 + SpectralState::kExtremeProbes) {
-    const int k = threadIdx.x;
-    const int e = k == 0 ? in.probe_order[0] : in.extreme_probes[velocity * SpectralState::kExtremeProbes + k - 1];
-    probes.exposure[k] = e;
-    probes.sx[k] = in.sx[std::size_t(a) * in.exposures + e];
-    probes.sy[k] = in.sy[std::size_t(b) * in.exposures + e];
-    probes.wide[k] = in.fx && in.fx[std::size_t(a) * in.exposures + e] > 0;
-    probes.tall[k] = in.fy && in.fy[std::size_t(b) * in.exposures + e] > 0;
-  }
-  __syncwarp();
-  __shared__ HardTrial hard[kHardQueue];
-  const int lane = threadIdx.x;
+// The probes of the block's velocity, read by its first threads (__syncwarp or __syncthreads after).
+__device__ void load_probes(const ScoreInputs& in, int a, int b, long long velocity, Probes& probes) {
+  if (threadIdx.x >= 1 + SpectralState::kExtremeProbes) return;
+  const int k = threadIdx.x;
+  const int e = k == 0 ? in.probe_order[0] : in.extreme_probes[velocity * SpectralState::kExtremeProbes + k - 1];
+  probes.exposure[k] = e;
+  probes.sx[k] = in.sx[std::size_t(a) * in.exposures + e];
+  probes.sy[k] = in.sy[std::size_t(b) * in.exposures + e];
+  probes.wide[k] = in.fx && in.fx[std::size_t(a) * in.exposures + e] > 0;
+  probes.tall[k] = in.fy && in.fy[std::size_t(b) * in.exposures + e] > 0;
+}
+
+// The rows of the region one warp scores: first .. first + kTrialsInFlight - 1, then the same
+// from first + step, and so on.
+struct RowWalk {
+  int first, step;
+};
+
+// One warp scores its rows x of a strip of 32 region columns y (lane = column; `mine` is the
+// lane's share of the digest). `sums_at(x)` gives the lane's transform (A, B) at origin row x;
+// it is called only for origins inside the region. Every lane runs the same iterations (the
+// warp votes need all lanes), and no divisions run in the loop.
+template <bool Fractional, int InFlight, class SumsAt>
+__device__ void score_strip_rows(const ScoreInputs& in, const Probes& probes, HardTrial* hard, int a, int b,
+                                 long long velocity, int strip, RowWalk rows, const SumsAt& sums_at, double z_thr,
+                                 const ScoreOutputs& out, ThreadDigest& mine) {
+  const int lane = threadIdx.x & 31;
   const TrustRule rule = trust_rule(in);
   const std::int32_t* sx = in.sx + std::size_t(a) * in.exposures;
   const std::int32_t* sy = in.sy + std::size_t(b) * in.exposures;
   const float* fx = Fractional ? in.fx + std::size_t(a) * in.exposures : nullptr;
   const float* fy = Fractional ? in.fy + std::size_t(b) * in.exposures : nullptr;
   int queued = 0;  // warp-uniform
-  ThreadDigest mine;
   auto drain = [&]() {
     __syncwarp();
     for (int t = 0; t < queued; ++t) {
@@ -405,61 +411,259 @@ __global__ void __launch_bounds__(32, kScoreBlocks) score_kernel(ScoreInputs in,
     queued = 0;
     __syncwarp();
   };
-  // Each thread owns columns y (lanes consecutive in y: coalesced) and walks the rows x, a few
-  // rows at a time so that their loads overlap; every thread runs the same iterations (the warp
-  // votes below need all lanes), and no divisions run in the loop.
-  {
-    const int j = strip * 32 + lane;
-    const int y = in.ry0 + j;
-    // This lane's column of the sums, and its word of the first probe's bitmap column (integer
-    // shifts: one pixel per trial, so the row walk only moves along x).
-    const float2* column = in.sums + std::size_t(v_local) * in.velocity_stride + y;
-    const int probe_py = y + probes.sy[0];
-    const bool probe_row_inside = j < in.rh && probe_py >= 0 && probe_py < in.height;
-    const std::uint32_t* probe_column =
-        in.informative + std::size_t(probes.exposure[0]) * in.width * in.words_per_column + (probe_py >> 5);
-    const int probe_bit = probe_py & 31;
-    for (int i0 = 0; i0 < in.rw; i0 += kTrialsInFlight) {
-      float A[kTrialsInFlight], B[kTrialsInFlight];
-      bool clamped[kTrialsInFlight], untrusted[kTrialsInFlight], hit[kTrialsInFlight];
-      // The loads of every row in flight first: the sums and the first probe (the exposure
-      // nearest t_ref), which decides almost every trial.
+  const int j = strip * 32 + lane;
+  const int y = in.ry0 + j;
+  // The lane's word of the first probe's bitmap column (integer shifts: one pixel per trial, so
+  // the row walk only moves along x).
+  const int probe_py = y + probes.sy[0];
+  const bool probe_row_inside = j < in.rh && probe_py >= 0 && probe_py < in.height;
+  const std::uint32_t* probe_column =
+      in.informative + std::size_t(probes.exposure[0]) * in.width * in.words_per_column + (probe_py >> 5);
+  const int probe_bit = probe_py & 31;
+  for (int i0 = rows.first; i0 < in.rw; i0 += rows.step) {
+    float A[InFlight], B[InFlight];
+    bool clamped[InFlight], untrusted[InFlight], hit[InFlight];
+    // The loads of every row in flight first: the sums and the first probe (the exposure
+    // nearest t_ref), which decides almost every trial.
 #pragma unroll
-      for (int u = 0; u < kTrialsInFlight; ++u) {
-        const int x = in.rx0 + i0 + u;
-        const bool inside = j < in.rh && i0 + u < in.rw;
-        if (inside) transform_sums(rule, column[x * in.pitch], A[u], B[u], clamped[u], untrusted[u]);
-        if constexpr (Fractional) {
-          hit[u] = inside && probe_hits<true>(in, probes, 0, x, y);
-        } else {
-          const int px = x + probes.sx[0];
-          hit[u] = inside && probe_row_inside && static_cast<unsigned>(px) < static_cast<unsigned>(in.width) &&
-                   ((__ldg(probe_column + px * in.words_per_column) >> probe_bit) & 1u);
-        }
+    for (int u = 0; u < InFlight; ++u) {
+      const int x = in.rx0 + i0 + u;
+      const bool inside = j < in.rh && i0 + u < in.rw;
+      if (inside) transform_sums(rule, sums_at(x), A[u], B[u], clamped[u], untrusted[u]);
+      if constexpr (Fractional) {
+        hit[u] = inside && probe_hits<true>(in, probes, 0, x, y);
+      } else {
+        const int px = x + probes.sx[0];
+        hit[u] = inside && probe_row_inside && static_cast<unsigned>(px) < static_cast<unsigned>(in.width) &&
+                 ((__ldg(probe_column + px * in.words_per_column) >> probe_bit) & 1u);
       }
-      const ZGate gate = rank_gate(mine, z_thr, out);
-#pragma unroll
-      for (int u = 0; u < kTrialsInFlight; ++u) {
-        const int x = in.rx0 + i0 + u;
-        const bool inside = j < in.rh && i0 + u < in.rw;
-        if (inside && !hit[u]) hit[u] = extreme_probes_hit<Fractional>(in, probes, x, y);
-        if (hit[u]) offer(mine, velocity, x, y, A[u], B[u], clamped[u], untrusted[u], z_thr, out, gate);
-        const bool hard_trial = inside && !hit[u];
-        const unsigned ballot = __ballot_sync(0xffffffffu, hard_trial);
-        if (hard_trial)
-          hard[queued + __popc(ballot & ((1u << lane) - 1u))] =
-              HardTrial{x, y, A[u], B[u], (clamped[u] ? kClamped : 0) | (untrusted[u] ? kUntrusted : 0)};
-        queued += __popc(ballot);
-      }
-      if (queued > kHardQueue - 32 * kTrialsInFlight) drain();
     }
+    const ZGate gate = rank_gate(mine, z_thr, out);
+#pragma unroll
+    for (int u = 0; u < InFlight; ++u) {
+      const int x = in.rx0 + i0 + u;
+      const bool inside = j < in.rh && i0 + u < in.rw;
+      if (inside && !hit[u]) hit[u] = extreme_probes_hit<Fractional>(in, probes, x, y);
+      if (hit[u]) offer(mine, velocity, x, y, A[u], B[u], clamped[u], untrusted[u], z_thr, out, gate);
+      const bool hard_trial = inside && !hit[u];
+      const unsigned ballot = __ballot_sync(0xffffffffu, hard_trial);
+      if (hard_trial)
+        hard[queued + __popc(ballot & ((1u << lane) - 1u))] =
+            HardTrial{x, y, A[u], B[u], (clamped[u] ? kClamped : 0) | (untrusted[u] ? kUntrusted : 0)};
+      queued += __popc(ballot);
+    }
+    if (queued > hard_queue(InFlight) - 32 * InFlight) drain();
   }
   if (queued > 0) drain();
-  // Butterfly: every lane ends with the same merge (the additions commute and the argmax rule is
-  // a strict order), the same from run to run.
+}
+
+// The warp's digest, the same in every lane: a butterfly (the additions commute and the argmax
+// rule is a strict order), so the merge is the same from run to run.
+__device__ DigestPartial warp_digest(const ThreadDigest& mine, long long velocity) {
   DigestPartial total = mine.widen(velocity);
   for (int offset = 16; offset > 0; offset /= 2) merge_partial(total, shuffle_partial(total, offset));
-  if (lane == 0) out.partials[velocity * strips + strip] = total;
+  return total;
+}
+
+// One warp per (velocity of the chunk, strip of 32 region columns y): lanes consecutive in y (the
+// planes are y-contiguous), each walking the region's rows x; the warp's partial digest goes to
+// its own slot, merged on the host in a fixed order. One-warp blocks, because blocks of 8 warps
+// (one velocity) spent a quarter of the scoring at their final barrier, waiting for the warp with
+// the most trials to decide exactly (Nsight Compute, `dense`, fb39fce).
+// One instantiation per shift mode, so that the integer one carries no bilinear corner tests
+// (they cost it a fifth of its time).
+template <bool Fractional>
+__global__ void __launch_bounds__(32, kScoreBlocks) score_kernel(ScoreInputs in, double z_thr, ScoreOutputs out) {
+  __shared__ Probes probes;
+  __shared__ HardTrial hard[kHardQueue];
+  const int strips = (in.rh + 31) / 32;
+  const int v_local = blockIdx.x / strips, strip = blockIdx.x % strips;
+  const int a = v_local % in.va, b = in.b_begin + v_local / in.va;
+  const long long velocity = (long long)b * in.va + a;
+  load_probes(in, a, b, velocity, probes);
+  __syncwarp();
+  // The lane's column of the sums.
+  const float2* column = in.sums + std::size_t(v_local) * in.velocity_stride + in.ry0 + strip * 32 + threadIdx.x;
+  ThreadDigest mine;
+  score_strip_rows<Fractional, kTrialsInFlight>(
+      in, probes, hard, a, b, velocity, strip, RowWalk{0, kTrialsInFlight},
+      [&](int x) { return column[std::size_t(x) * in.pitch]; }, z_thr, out, mine);
+  const DigestPartial total = warp_digest(mine, velocity);
+  if (threadIdx.x == 0) out.partials[velocity * strips + strip] = total;
+}
+
+// --- the fused route: the inverse along x inside the scoring ----------------------------------------
+//
+// After cuFFT's inverse along y, a block takes one (velocity, strip of 32 columns y): it reads the
+// strip's nx rows once (coalesced, 256 bytes a row), runs 32 inverse transforms along x in shared
+// memory (lane = column, so every access is conflict-free and every twiddle a broadcast), and
+// scores the region's rows straight from there. The planes are not written back and read again,
+// which the 2-D route's second cuFFT pass and the scoring's reads did.
+//
+// The transform: in-place mixed-radix decimation in time. Input row mx is placed at position
+// p with digits d_s (p = d_1 + d_2 L_1 + ..., L_s = r_1 ... r_s) such that mx = sum_s d_s n / L_s
+// (the mixed-radix digit reversal, AxisInverse::positions); stage s then combines r_s transforms
+// of length L_{s-1} into transforms of length L_s, each butterfly reading and writing the same
+// r_s positions. Signs as cuFFT's inverse: exp(+2 pi i j k / n), unnormalized (the contraction
+// folds 1 / (nx ny) into its output).
+
+constexpr int kMaxAxisStages = 15;  // radices packed 4 bits each into a 64-bit word
+
+struct AxisInverse {
+  int n;                           // nx
+  int stages;
+  unsigned long long radices;      // stage s's radix in bits [4 s, 4 s + 4)
+  const float2* roots;             // exp(2 pi i m / n), m < n
+  const std::int32_t* positions;   // [mx]: where input row mx sits before the first stage
+};
+
+// ((a, b) rotated by a quarter turn: i z.
+__device__ __forceinline__ float2 times_i(float2 z) { return make_float2(-z.y, z.x); }
+
+// In-place inverse DFTs of 4 and 8 points (roots +i and exp(i pi / 4)).
+__device__ __forceinline__ void inverse_dft4(float2& a, float2& b, float2& c, float2& d) {
+  const float2 s0 = make_float2(a.x + c.x, a.y + c.y), s1 = make_float2(a.x - c.x, a.y - c.y);
+  const float2 s2 = make_float2(b.x + d.x, b.y + d.y), s3 = times_i(make_float2(b.x - d.x, b.y - d.y));
+  a = make_float2(s0.x + s2.x, s0.y + s2.y);
+  c = make_float2(s0.x - s2.x, s0.y - s2.y);
+  b = make_float2(s1.x + s3.x, s1.y + s3.y);
+  d = make_float2(s1.x - s3.x, s1.y - s3.y);
+}
+
+template <int R>
+__device__ __forceinline__ void inverse_dft(float2 (&v)[R], const float2 (&w)[R]) {
+  if constexpr (R == 2) {
+    const float2 a = v[0], b = v[1];
+    v[0] = make_float2(a.x + b.x, a.y + b.y);
+    v[1] = make_float2(a.x - b.x, a.y - b.y);
+  } else if constexpr (R == 4) {
+    inverse_dft4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (R == 8) {
+    // Evens and odds as two 4-point transforms, then X[q] = E[q] + w^q O[q], X[q + 4] = E[q] - w^q O[q].
+    float2 e0 = v[0], e1 = v[2], e2 = v[4], e3 = v[6], o0 = v[1], o1 = v[3], o2 = v[5], o3 = v[7];
+    inverse_dft4(e0, e1, e2, e3);
+    inverse_dft4(o0, o1, o2, o3);
+    constexpr float h = 0.70710678118654752f;
+    const float2 t1 = make_float2(h * (o1.x - o1.y), h * (o1.x + o1.y));    // (1 + i) / sqrt 2
+    const float2 t2 = times_i(o2);
+    const float2 t3 = make_float2(-h * (o3.x + o3.y), h * (o3.x - o3.y));   // (-1 + i) / sqrt 2
+    v[0] = make_float2(e0.x + o0.x, e0.y + o0.y), v[4] = make_float2(e0.x - o0.x, e0.y - o0.y);
+    v[1] = make_float2(e1.x + t1.x, e1.y + t1.y), v[5] = make_float2(e1.x - t1.x, e1.y - t1.y);
+    v[2] = make_float2(e2.x + t2.x, e2.y + t2.y), v[6] = make_float2(e2.x - t2.x, e2.y - t2.y);
+    v[3] = make_float2(e3.x + t3.x, e3.y + t3.y), v[7] = make_float2(e3.x - t3.x, e3.y - t3.y);
+  } else {
+    // Odd radices (3, 5, 7): directly, with the R roots w[m] = exp(2 pi i m / R).
+    float2 out[R];
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      float2 acc = v[0];
+#pragma unroll
+      for (int j = 1; j < R; ++j) acc = cfma(v[j], w[(j * q) % R], acc);
+      out[q] = acc;
+    }
+#pragma unroll
+    for (int q = 0; q < R; ++q) v[q] = out[q];
+  }
+}
+
+// Stage of radix R over transforms of length `span` (L_{s-1}): butterfly (g, k) reads positions
+// g span R + k + j span, j < R, multiplies input j by exp(2 pi i j k / (span R)), transforms, and
+// writes back to the same positions. The block's warps take the butterflies in turn.
+template <int R>
+__device__ void inverse_stage(float2* lines, const float2* roots, int n, int span) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int twiddle_step = n / (span * R);
+  float2 w[R];
+#pragma unroll
+  for (int m = 0; m < R; ++m) w[m] = roots[m * (n / R)];
+  for (int butterfly = warp; butterfly < n / R; butterfly += warps) {
+    const int g = butterfly / span, k = butterfly - g * span;
+    float2* first = lines + (g * span * R + k) * 32 + lane;
+    float2 v[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      v[j] = first[j * span * 32];
+      if (j > 0) v[j] = cmul(v[j], roots[j * k * twiddle_step]);  // j k step < n
+    }
+    inverse_dft<R>(v, w);
+#pragma unroll
+    for (int j = 0; j < R; ++j) first[j * span * 32] = v[j];
+  }
+}
+
+// The block's 32 lines (digit-reversed, lines[position * 32 + lane]) inverted in place along x.
+__device__ void inverse_along_x(const AxisInverse& fft, float2* lines, const float2* roots) {
+  int span = 1;
+  for (int s = 0; s < fft.stages; ++s) {
+    const int radix = int((fft.radices >> (4 * s)) & 15u);
+    switch (radix) {
+      case 2: inverse_stage<2>(lines, roots, fft.n, span); break;
+      case 3: inverse_stage<3>(lines, roots, fft.n, span); break;
+      case 4: inverse_stage<4>(lines, roots, fft.n, span); break;
+      case 5: inverse_stage<5>(lines, roots, fft.n, span); break;
+      case 7: inverse_stage<7>(lines, roots, fft.n, span); break;
+      default: inverse_stage<8>(lines, roots, fft.n, span); break;
+    }
+    span *= radix;
+    __syncthreads();
+  }
+}
+
+// Shared memory of the fused kernel beyond its static arrays: the lines and the roots.
+std::size_t fused_dynamic_bytes(int n) { return std::size_t(n) * 33 * sizeof(float2); }
+
+// One block of Warps warps per (velocity of the chunk, strip of 32 region columns y): the
+// strip's lines after the inverse along y, inverted along x here, then scored; warp w scores
+// rows w InFlight + ..., and the warps' digests merge in warp order (deterministic).
+template <bool Fractional, int Warps, int InFlight>
+__global__ void __launch_bounds__(32 * Warps, 2)
+    transform_score_kernel(ScoreInputs in, AxisInverse fft, double z_thr, ScoreOutputs out) {
+  extern __shared__ float2 lines[];  // [n][32], then the roots [n]
+  float2* roots = lines + std::size_t(fft.n) * 32;
+  __shared__ Probes probes;
+  __shared__ HardTrial hard[Warps][hard_queue(InFlight)];
+  __shared__ DigestPartial warp_totals[Warps];
+  const int strips = (in.rh + 31) / 32;
+  const int v_local = blockIdx.x / strips, strip = blockIdx.x % strips;
+  const int a = v_local % in.va, b = in.b_begin + v_local / in.va;
+  const long long velocity = (long long)b * in.va + a;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  load_probes(in, a, b, velocity, probes);
+  for (int m = threadIdx.x; m < fft.n; m += blockDim.x) roots[m] = __ldg(fft.roots + m);
+  {
+    const bool inside = strip * 32 + lane < in.rh;
+    const float2* column = in.sums + std::size_t(v_local) * in.velocity_stride + in.ry0 + strip * 32 + lane;
+#pragma unroll 8
+    for (int mx = warp; mx < fft.n; mx += Warps)
+      lines[__ldg(fft.positions + mx) * 32 + lane] = inside ? column[std::size_t(mx) * in.pitch] : float2{0, 0};
+  }
+  __syncthreads();
+  inverse_along_x(fft, lines, roots);
+  ThreadDigest mine;
+  score_strip_rows<Fractional, InFlight>(
+      in, probes, hard[warp], a, b, velocity, strip, RowWalk{warp * InFlight, Warps * InFlight},
+      [&](int x) { return lines[x * 32 + lane]; }, z_thr, out, mine);
+  const DigestPartial total = warp_digest(mine, velocity);
+  if (lane == 0) warp_totals[warp] = total;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    DigestPartial merged = warp_totals[0];
+    for (int w = 1; w < Warps; ++w) merge_partial(merged, warp_totals[w]);
+    out.partials[velocity * strips + strip] = merged;
+  }
+}
+
+// The fused kernel's shape: 16 warps per block, 2 trials in flight per warp (64 registers, so 2
+// blocks fill the register file). Measured against 8 x 2, 8 x 4 and 12 x 2 (H100, one lease,
+// `dense` and `kbmod` cuda-tc fp16): the most warps per SM won (bench/RESULTS.md, "Fourier-route
+// stages on `dense`").
+constexpr int kFusedWarps = 16;
+constexpr int kFusedInFlight = 2;
+const auto fused_integer_kernel = transform_score_kernel<false, kFusedWarps, kFusedInFlight>;
+const auto fused_fractional_kernel = transform_score_kernel<true, kFusedWarps, kFusedInFlight>;
+// Static shared memory of the fused kernel, with room for the probes and the warp totals.
+constexpr std::size_t fused_static_bytes() {
+  return sizeof(HardTrial) * kFusedWarps * hard_queue(kFusedInFlight) + 4096;
 }
 
 // The exact A and B of every listed trial, one warp per trial; the count is read on the device, so
@@ -582,13 +786,84 @@ void find_extreme_probes(SpectralState& s) {
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 
-void inverse_transforms(SpectralState& s, int rows) {
-  const int batch = rows * s.va;
-  auto& plan = s.inverse_plans[batch];
+namespace {
+
+// Radices of an inverse along an axis of n points (2, 3, 5, 7-smooth, as fft_friendly_size
+// makes them): eights first, then 4, 2, 7, 5, 3. Empty when n has another prime factor.
+std::vector<int> axis_radices(int n) {
+  std::vector<int> radices;
+  for (int radix : {8, 4, 2, 7, 5, 3})
+    while (n % radix == 0) radices.push_back(radix), n /= radix;
+  if (n != 1) radices.clear();
+  return radices;
+}
+
+// The fused kernel's plan for the x axis (state.x_positions must be filled: choose_post_processing).
+AxisInverse axis_inverse(const SpectralState& s) {
+  const std::vector<int> radices = axis_radices(s.geometry.nx);
+  AxisInverse fft{};
+  fft.n = s.geometry.nx;
+  fft.stages = int(radices.size());
+  for (int k = 0; k < fft.stages; ++k) fft.radices |= (unsigned long long)radices[k] << (4 * k);
+  fft.roots = s.root_x.get();
+  fft.positions = s.x_positions.get();
+  return fft;
+}
+
+}  // namespace
+
+void choose_post_processing(SpectralState& s) {
+  const int n = s.geometry.nx;
+  const std::vector<int> radices = axis_radices(n);
+  const char* forced = std::getenv("SHIFTSTACK_FUSED_SCORING");
+  bool fused = s.policy.top_k == 0 && !radices.empty() && int(radices.size()) <= kMaxAxisStages &&
+               !(forced && std::string(forced) == "0");
+  if (fused) {
+    // Two blocks per SM at least, or the 2-D route (a 4096-row CCD, say, does not fit at all).
+    const std::size_t bytes = fused_dynamic_bytes(n);
+    int device = 0, optin = 0;
+    SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&device));
+    SHIFTSTACK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    fused = bytes + fused_static_bytes() <= std::size_t(optin);
+    int blocks = 0;
+    if (fused) {
+      for (auto kernel : {fused_integer_kernel, fused_fractional_kernel})
+        SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+      SHIFTSTACK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &blocks, s.fractional ? fused_fractional_kernel : fused_integer_kernel, 32 * kFusedWarps, bytes));
+      fused = blocks >= 2;
+    }
+  }
+  s.fused_scoring = fused;
+  if (!fused) return;
+  // The digit reversal: position p (digits d_s, p = d_1 + d_2 L_1 + ...) holds input row
+  // sum_s d_s n / L_s.
+  std::vector<std::int32_t> positions(n);
+  for (int p = 0; p < n; ++p) {
+    int row = 0, below = 1;  // below = L_{s-1}
+    for (int radix : radices) {
+      const int digit = (p / below) % radix;
+      below *= radix;
+      row += digit * (n / below);
+    }
+    positions[row] = p;
+  }
+  s.x_positions.upload(positions, s.stream);
+}
+
+FftPlan& inverse_plan(SpectralState& s, int rows) {
+  const FourierGeometry& g = s.geometry;
+  const FftShape shape = s.fused_scoring ? FftShape::inverse_y_lines : FftShape::inverse_planes;
+  const int batch = s.fused_scoring ? rows * s.va * g.nx : rows * s.va;
+  auto& plan = s.inverse_plans[{shape, batch}];
   if (!plan) plan = std::make_unique<FftPlan>();
-  plan->make(s.geometry.nx, s.geometry.ny, batch, false, s.stream);
+  plan->make(g.nx, g.ny, batch, shape, s.stream);
+  return *plan;
+}
+
+void inverse_transforms(SpectralState& s, int rows) {
   auto* spectra = reinterpret_cast<cufftComplex*>(s.velocity_spectra.get());
-  SHIFTSTACK_CUFFT_CHECK(cufftExecC2C(plan->handle(), spectra, spectra, CUFFT_INVERSE));
+  SHIFTSTACK_CUFFT_CHECK(cufftExecC2C(inverse_plan(s, rows).handle(), spectra, spectra, CUFFT_INVERSE));
 }
 
 namespace {
@@ -636,12 +911,20 @@ void score_chunk(SpectralState& s, int b_begin, int b_end, bool first_chunk) {
   out.recompute_count = s.recompute_count.get();
   out.recompute_capacity = s.recompute.size();
   const unsigned blocks = unsigned(velocities * s.score_strips());
-  if (s.fractional)
+  if (s.fused_scoring) {
+    const AxisInverse fft = axis_inverse(s);
+    (s.fractional ? fused_fractional_kernel : fused_integer_kernel)<<<blocks, 32 * kFusedWarps,
+                                                                    fused_dynamic_bytes(fft.n), s.stream>>>(
+        in, fft, s.z_thr, out);
+  } else if (s.fractional) {
     score_kernel<true><<<blocks, 32, 0, s.stream>>>(in, s.z_thr, out);
-  else
+  } else {
     score_kernel<false><<<blocks, 32, 0, s.stream>>>(in, s.z_thr, out);
+  }
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
   if (s.policy.top_k > 0) {
+    // The lists read whole planes after the 2-D inverse: choose_post_processing never fuses here.
+    require(!s.fused_scoring, "top-k lists need the 2-D inverse route");
     const long long origins = s.region.count();
     const std::size_t shared = top_k_shared_bytes(s.policy.top_k);
     SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(top_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
