@@ -552,14 +552,32 @@ __device__ __forceinline__ void inverse_dft(float2 (&v)[R], const float2 (&w)[R]
     v[2] = make_float2(e2.x + t2.x, e2.y + t2.y), v[6] = make_float2(e2.x - t2.x, e2.y - t2.y);
     v[3] = make_float2(e3.x + t3.x, e3.y + t3.y), v[7] = make_float2(e3.x - t3.x, e3.y - t3.y);
   } else {
-    // Odd radices (3, 5, 7): directly, with the R roots w[m] = exp(2 pi i m / R).
+    // Odd radices (3, 5, 7), with the R roots w[m] = exp(2 pi i m / R): inputs j and R - j meet
+    // roots of one cosine and opposite sines, so with s_j = v_j + v_{R-j}, d_j = v_j - v_{R-j},
+    // X[q] = v_0 + sum_j s_j cos(2 pi j q / R) + i sum_j d_j sin(2 pi j q / R), and X[R - q] is
+    // the same with the sine sum negated: (R - 1)^2 real products instead of 2 (R - 1)^2.
+    constexpr int h = (R - 1) / 2;
+    float2 s[h + 1], d[h + 1];
+#pragma unroll
+    for (int j = 1; j <= h; ++j) {
+      s[j] = make_float2(v[j].x + v[R - j].x, v[j].y + v[R - j].y);
+      d[j] = make_float2(v[j].x - v[R - j].x, v[j].y - v[R - j].y);
+    }
     float2 out[R];
+    out[0] = v[0];
 #pragma unroll
-    for (int q = 0; q < R; ++q) {
-      float2 acc = v[0];
+    for (int j = 1; j <= h; ++j) out[0] = make_float2(out[0].x + s[j].x, out[0].y + s[j].y);
 #pragma unroll
-      for (int j = 1; j < R; ++j) acc = cfma(v[j], w[(j * q) % R], acc);
-      out[q] = acc;
+    for (int q = 1; q <= h; ++q) {
+      float2 even = v[0], odd = make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int j = 1; j <= h; ++j) {
+        const float2 root = w[(j * q) % R];
+        even = make_float2(__fmaf_rn(s[j].x, root.x, even.x), __fmaf_rn(s[j].y, root.x, even.y));
+        odd = make_float2(__fmaf_rn(d[j].x, root.y, odd.x), __fmaf_rn(d[j].y, root.y, odd.y));
+      }
+      out[q] = make_float2(even.x - odd.y, even.y + odd.x);      // even + i odd
+      out[R - q] = make_float2(even.x + odd.y, even.y - odd.x);  // even - i odd
     }
 #pragma unroll
     for (int q = 0; q < R; ++q) v[q] = out[q];
@@ -576,14 +594,18 @@ __device__ void inverse_stage(float2* lines, const float2* roots, int n, int spa
   float2 w[R];
 #pragma unroll
   for (int m = 0; m < R; ++m) w[m] = roots[m * (n / R)];
+  // butterfly / span without a division per butterfly (exact while butterfly < 2^32 / span).
+  const unsigned inverse_span = span > 1 ? 0xffffffffu / unsigned(span) + 1 : 0;
   for (int butterfly = warp; butterfly < n / R; butterfly += warps) {
-    const int g = butterfly / span, k = butterfly - g * span;
+    const int g = span > 1 ? int(__umulhi(unsigned(butterfly), inverse_span)) : butterfly;
+    const int k = butterfly - g * span;
     float2* first = lines + (g * span * R + k) * 32 + lane;
     float2 v[R];
 #pragma unroll
-    for (int j = 0; j < R; ++j) {
-      v[j] = first[j * span * 32];
-      if (j > 0) v[j] = cmul(v[j], roots[j * k * twiddle_step]);  // j k step < n
+    for (int j = 0; j < R; ++j) v[j] = first[j * span * 32];
+    if (k != 0) {  // the same for the whole warp; k = 0 (every butterfly of the first stage) has unit twiddles
+#pragma unroll
+      for (int j = 1; j < R; ++j) v[j] = cmul(v[j], roots[j * k * twiddle_step]);  // j k step < n
     }
     inverse_dft<R>(v, w);
 #pragma unroll
