@@ -382,12 +382,15 @@ struct RowWalk {
 
 // One warp scores its rows x of a strip of 32 region columns y (lane = column; `mine` is the
 // lane's share of the digest). `sums_at(x)` gives the lane's transform (A, B) at origin row x;
-// it is called only for origins inside the region. Every lane runs the same iterations (the
-// warp votes need all lanes), and no divisions run in the loop.
-template <bool Fractional, int InFlight, class SumsAt>
+// it is called only for origins inside the region. `first_probe_word(x, px, column)` gives the
+// lane's word of the first probe's bitmap at source row px (integer shifts; `column` points at
+// the lane's word of row 0). Every lane runs the same iterations (the warp votes need all
+// lanes), and no divisions run in the loop.
+template <bool Fractional, int InFlight, class SumsAt, class FirstProbeWord>
 __device__ void score_strip_rows(const ScoreInputs& in, const Probes& probes, HardTrial* hard, int a, int b,
-                                 long long velocity, int strip, RowWalk rows, const SumsAt& sums_at, double z_thr,
-                                 const ScoreOutputs& out, ThreadDigest& mine) {
+                                 long long velocity, int strip, RowWalk rows, const SumsAt& sums_at,
+                                 const FirstProbeWord& first_probe_word, double z_thr, const ScoreOutputs& out,
+                                 ThreadDigest& mine) {
   const int lane = threadIdx.x & 31;
   const TrustRule rule = trust_rule(in);
   const std::int32_t* sx = in.sx + std::size_t(a) * in.exposures;
@@ -435,7 +438,7 @@ __device__ void score_strip_rows(const ScoreInputs& in, const Probes& probes, Ha
       } else {
         const int px = x + probes.sx[0];
         hit[u] = inside && probe_row_inside && static_cast<unsigned>(px) < static_cast<unsigned>(in.width) &&
-                 ((__ldg(probe_column + px * in.words_per_column) >> probe_bit) & 1u);
+                 ((first_probe_word(x, px, probe_column) >> probe_bit) & 1u);
       }
     }
     const ZGate gate = rank_gate(mine, z_thr, out);
@@ -487,7 +490,9 @@ __global__ void __launch_bounds__(32, kScoreBlocks) score_kernel(ScoreInputs in,
   ThreadDigest mine;
   score_strip_rows<Fractional, kTrialsInFlight>(
       in, probes, hard, a, b, velocity, strip, RowWalk{0, kTrialsInFlight},
-      [&](int x) { return column[std::size_t(x) * in.pitch]; }, z_thr, out, mine);
+      [&](int x) { return column[std::size_t(x) * in.pitch]; },
+      [&](int, int px, const std::uint32_t* probe_column) { return __ldg(probe_column + px * in.words_per_column); },
+      z_thr, out, mine);
   const DigestPartial total = warp_digest(mine, velocity);
   if (threadIdx.x == 0) out.partials[velocity * strips + strip] = total;
 }
@@ -631,8 +636,9 @@ __device__ void inverse_along_x(const AxisInverse& fft, float2* lines, const flo
   }
 }
 
-// Shared memory of the fused kernel beyond its static arrays: the lines and the roots.
-std::size_t fused_dynamic_bytes(int n) { return std::size_t(n) * 33 * sizeof(float2); }
+// Shared memory of the fused kernel beyond its static arrays: the lines, the roots, and the first
+// probe's bitmap words of the strip (two per region row; the region is at most n rows).
+std::size_t fused_dynamic_bytes(int n) { return std::size_t(n) * 33 * sizeof(float2) + std::size_t(n) * 2 * 4; }
 
 // One block of Warps warps per (velocity of the chunk, strip of 32 region columns y): the
 // strip's lines after the inverse along y, inverted along x here, then scored; warp w scores
@@ -640,8 +646,9 @@ std::size_t fused_dynamic_bytes(int n) { return std::size_t(n) * 33 * sizeof(flo
 template <bool Fractional, int Warps, int InFlight>
 __global__ void __launch_bounds__(32 * Warps, 2)
     transform_score_kernel(ScoreInputs in, AxisInverse fft, double z_thr, ScoreOutputs out) {
-  extern __shared__ float2 lines[];  // [n][32], then the roots [n]
+  extern __shared__ float2 lines[];  // [n][32], then the roots [n], then the probe words [rw][2]
   float2* roots = lines + std::size_t(fft.n) * 32;
+  std::uint32_t* probe_words = reinterpret_cast<std::uint32_t*>(roots + fft.n);
   __shared__ Probes probes;
   __shared__ HardTrial hard[Warps][hard_queue(InFlight)];
   __shared__ DigestPartial warp_totals[Warps];
@@ -660,11 +667,29 @@ __global__ void __launch_bounds__(32 * Warps, 2)
       lines[__ldg(fft.positions + mx) * 32 + lane] = inside ? column[std::size_t(mx) * in.pitch] : float2{0, 0};
   }
   __syncthreads();
-  inverse_along_x(fft, lines, roots);
+  // The first probe's bitmap words the strip's trials test (integer shifts): the strip's 32
+  // columns y shifted by the probe's sy span two words; one row per region row x. Read once
+  // here, so that the scoring's most frequent test waits on shared memory, not on L2.
+  const int first_word = (in.ry0 + strip * 32 + probes.sy[0]) >> 5;  // floor, also below 0
+  if constexpr (!Fractional) {
+    const std::uint32_t* bitmap = in.informative + std::size_t(probes.exposure[0]) * in.width * in.words_per_column;
+    for (int i = threadIdx.x; i < 2 * in.rw; i += blockDim.x) {
+      const int px = in.rx0 + (i >> 1) + probes.sx[0], word = first_word + (i & 1);
+      const bool inside = static_cast<unsigned>(px) < static_cast<unsigned>(in.width) &&
+                          static_cast<unsigned>(word) < static_cast<unsigned>(in.words_per_column);
+      probe_words[i] = inside ? __ldg(bitmap + std::size_t(px) * in.words_per_column + word) : 0u;
+    }
+  }
+  inverse_along_x(fft, lines, roots);  // ends with a barrier: the probe words are visible after it
   ThreadDigest mine;
   score_strip_rows<Fractional, InFlight>(
       in, probes, hard[warp], a, b, velocity, strip, RowWalk{warp * InFlight, Warps * InFlight},
-      [&](int x) { return lines[x * 32 + lane]; }, z_thr, out, mine);
+      [&](int x) { return lines[x * 32 + lane]; },
+      [&](int x, int, const std::uint32_t*) {
+        // the lane's word: first_word or the next (probe rows outside the image never ask)
+        return probe_words[2 * (x - in.rx0) + (((in.ry0 + strip * 32 + lane + probes.sy[0]) >> 5) - first_word)];
+      },
+      z_thr, out, mine);
   const DigestPartial total = warp_digest(mine, velocity);
   if (lane == 0) warp_totals[warp] = total;
   __syncthreads();
@@ -839,6 +864,7 @@ void choose_post_processing(SpectralState& s) {
   const std::vector<int> radices = axis_radices(n);
   const char* forced = std::getenv("SHIFTSTACK_FUSED_SCORING");
   bool fused = s.policy.top_k == 0 && !radices.empty() && int(radices.size()) <= kMaxAxisStages &&
+               s.region.width <= n &&
                !(forced && std::string(forced) == "0");
   if (fused) {
     // Two blocks per SM at least, or the 2-D route (a 4096-row CCD, say, does not fit at all).
