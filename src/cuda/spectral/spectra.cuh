@@ -192,6 +192,8 @@ struct SpectralState {
   // and read back a second time; false, cuFFT inverts both axes and the scoring reads the planes.
   bool fused_scoring = false;
   DeviceArray<std::int32_t> x_positions;  // fused: where input row mx sits before the in-place stages
+  unsigned long long x_radices = 0;       // fused: the x transform's radices, 4 bits per stage
+  int x_stages = 0;
   std::vector<cudaEvent_t> chunk_events;                  // 3 per velocity chunk
 
   // Scoring outputs.

@@ -681,14 +681,13 @@ __global__ void __launch_bounds__(32 * Warps, 2)
     }
   }
   inverse_along_x(fft, lines, roots);  // ends with a barrier: the probe words are visible after it
+  // The lane's word among the two: first_word or the next (probe rows outside the image never ask).
+  const int lane_word = ((in.ry0 + strip * 32 + lane + probes.sy[0]) >> 5) - first_word;
   ThreadDigest mine;
   score_strip_rows<Fractional, InFlight>(
       in, probes, hard[warp], a, b, velocity, strip, RowWalk{warp * InFlight, Warps * InFlight},
       [&](int x) { return lines[x * 32 + lane]; },
-      [&](int x, int, const std::uint32_t*) {
-        // the lane's word: first_word or the next (probe rows outside the image never ask)
-        return probe_words[2 * (x - in.rx0) + (((in.ry0 + strip * 32 + lane + probes.sy[0]) >> 5) - first_word)];
-      },
+      [&](int x, int, const std::uint32_t*) { return probe_words[2 * (x - in.rx0) + lane_word]; },
       z_thr, out, mine);
   const DigestPartial total = warp_digest(mine, velocity);
   if (lane == 0) warp_totals[warp] = total;
@@ -708,10 +707,6 @@ constexpr int kFusedWarps = 16;
 constexpr int kFusedInFlight = 2;
 const auto fused_integer_kernel = transform_score_kernel<false, kFusedWarps, kFusedInFlight>;
 const auto fused_fractional_kernel = transform_score_kernel<true, kFusedWarps, kFusedInFlight>;
-// Static shared memory of the fused kernel, with room for the probes and the warp totals.
-constexpr std::size_t fused_static_bytes() {
-  return sizeof(HardTrial) * kFusedWarps * hard_queue(kFusedInFlight) + 4096;
-}
 
 // The exact A and B of every listed trial, one warp per trial; the count is read on the device, so
 // the host need not wait for the scoring (a fixed grid walks the list).
@@ -845,13 +840,12 @@ std::vector<int> axis_radices(int n) {
   return radices;
 }
 
-// The fused kernel's plan for the x axis (state.x_positions must be filled: choose_post_processing).
+// The fused kernel's plan for the x axis, as choose_post_processing set it up.
 AxisInverse axis_inverse(const SpectralState& s) {
-  const std::vector<int> radices = axis_radices(s.geometry.nx);
   AxisInverse fft{};
   fft.n = s.geometry.nx;
-  fft.stages = int(radices.size());
-  for (int k = 0; k < fft.stages; ++k) fft.radices |= (unsigned long long)radices[k] << (4 * k);
+  fft.stages = s.x_stages;
+  fft.radices = s.x_radices;
   fft.roots = s.root_x.get();
   fft.positions = s.x_positions.get();
   return fft;
@@ -872,7 +866,13 @@ void choose_post_processing(SpectralState& s) {
     int device = 0, optin = 0;
     SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&device));
     SHIFTSTACK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    fused = bytes + fused_static_bytes() <= std::size_t(optin);
+    cudaFuncAttributes attributes{};  // the larger static shared memory of the two instantiations
+    std::size_t static_bytes = 0;
+    for (auto kernel : {fused_integer_kernel, fused_fractional_kernel}) {
+      SHIFTSTACK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+      static_bytes = std::max(static_bytes, attributes.sharedSizeBytes);
+    }
+    fused = bytes + static_bytes <= std::size_t(optin);
     int blocks = 0;
     if (fused) {
       for (auto kernel : {fused_integer_kernel, fused_fractional_kernel})
@@ -884,6 +884,9 @@ void choose_post_processing(SpectralState& s) {
   }
   s.fused_scoring = fused;
   if (!fused) return;
+  s.x_stages = int(radices.size());
+  s.x_radices = 0;
+  for (int k = 0; k < s.x_stages; ++k) s.x_radices |= (unsigned long long)radices[k] << (4 * k);
   // The digit reversal: position p (digits d_s, p = d_1 + d_2 L_1 + ...) holds input row
   // sum_s d_s n / L_s.
   std::vector<std::int32_t> positions(n);
