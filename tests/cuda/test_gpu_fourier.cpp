@@ -293,6 +293,16 @@ TEST(GpuFourier, FusedScoringAgreesWithReferenceAndTheTwoDimensionalRoute) {
   EXPECT_EQ(padded_widths, (std::set<int>{45, 56, 81, 98, 100, 120})) << "the kit's reach changed: pick new widths";
 }
 
+// A setting of the route switch other than 0 or 1 is refused, not read as "fused".
+TEST(GpuFourier, FusedScoringSwitchRefusesOtherValues) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = case_for("tiny", Encoding::fp32, "reference");
+  setenv("SHIFTSTACK_FUSED_SCORING", "yes", 1);
+  auto engine = make_engine("cuda-tc");
+  EXPECT_THROW(search(*engine, c.stack, c.kit.bank), Error);
+  unsetenv("SHIFTSTACK_FUSED_SCORING");
+}
+
 TEST(GpuFourier, TensorCoreMatchesCpuEmulation) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
   const Case& c = case_for("ci", Encoding::fp32, "reference");

@@ -856,10 +856,13 @@ AxisInverse axis_inverse(const SpectralState& s) {
 void choose_post_processing(SpectralState& s) {
   const int n = s.geometry.nx;
   const std::vector<int> radices = axis_radices(n);
+  // SHIFTSTACK_FUSED_SCORING=0 keeps the 2-D route (A/B timing); 1, or unset, lets the fused one run.
   const char* forced = std::getenv("SHIFTSTACK_FUSED_SCORING");
+  const std::string setting = forced ? forced : "1";
+  require(setting == "0" || setting == "1",
+          "SHIFTSTACK_FUSED_SCORING must be 0 or 1, not '" + setting + "'");
   bool fused = s.policy.top_k == 0 && !radices.empty() && int(radices.size()) <= kMaxAxisStages &&
-               s.region.width <= n &&
-               !(forced && std::string(forced) == "0");
+               s.region.width <= n && setting == "1";
   if (fused) {
     // Two blocks per SM at least, or the 2-D route (a 4096-row CCD, say, does not fit at all).
     const std::size_t bytes = fused_dynamic_bytes(n);
