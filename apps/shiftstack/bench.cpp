@@ -118,8 +118,11 @@ struct StageRecorder {
     record["useful_flops"] = d.useful_flops;
     record["contraction_tflops"] = contraction > 0 ? d.useful_flops / (contraction * 1e-3) / 1e12 : 0.0;
     record["padded_transform"] = {d.geometry.nx, d.geometry.ny};
-    record["post_processing_route"] =
-        d.fused_scoring ? "inverse along y (cuFFT), inverse along x fused with the scoring" : "2-D inverse (cuFFT), then scoring";
+    record["contraction_route"] = d.row_route ? "rows: transforms along x only, y shifts as row offsets"
+                                              : "planes: 2-D transforms, y shifts as phases";
+    record["post_processing_route"] = d.row_route       ? "inverse along x fused with the scoring"
+                                      : d.fused_scoring ? "inverse along y (cuFFT), inverse along x fused with the scoring"
+                                                        : "2-D inverse (cuFFT), then scoring";
     record["recomputed_trials"] = d.recomputed_trials;
     record["clamped_trials"] = d.clamped_trials;
   }
@@ -128,10 +131,11 @@ struct StageRecorder {
     nlohmann::json r;
     write(r);
     const auto& st = r["stages_ms"];
-    std::printf("%-14s %-8s stages (ms): forward %.3g, tables %.3g, contraction %.4g (%.1f TFLOP/s), inverse %.4g, "
+    std::printf("%-14s %-8s stages (ms): forward %.3g, tables %.3g, contraction %.4g (%.1f TFLOP/s, %s route), inverse %.4g, "
                 "scoring %.4g, total %.4g\n",
                 "", "", st["forward"].get<double>(), st["tables"].get<double>(), st["contraction"].get<double>(),
-                r["contraction_tflops"].get<double>(), st["inverse"].get<double>(), st["scoring"].get<double>(),
+                r["contraction_tflops"].get<double>(), spectral->diagnostics().row_route ? "row" : "planar",
+                st["inverse"].get<double>(), st["scoring"].get<double>(),
                 st["total"].get<double>());
   }
 #else

@@ -79,4 +79,43 @@ TEST(FullSpectrum, SelfMirroredPointsKeepTheRealParts) {
   EXPECT_EQ(writes[3 * ny], 0);
 }
 
+// The row route: half spectra along x only (rows y kept), one full grid [mx][y] of psihat + i phihat.
+TEST(FullSpectrum, RowRouteHalfSpectraAlongXBecomeOneFullGridWrittenOnce) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> normal;
+  for (auto [nx, rows] : {std::pair{6, 3}, {5, 4}, {1, 2}, {2, 1}, {9, 2}}) {
+    SCOPED_TRACE(std::to_string(nx) + " x " + std::to_string(rows));
+    const int pitch = rows + 2;  // rows of the output plane beyond the region stay untouched
+    std::vector<double> psi(std::size_t(nx) * rows), phi(psi.size());
+    for (std::size_t i = 0; i < psi.size(); ++i) psi[i] = normal(rng), phi[i] = normal(rng);
+    // DFT along x of row y: [x][y] planes with a single column per row (ny = 1 in dft()).
+    auto along_x = [&](const std::vector<double>& plane, int y, int k) {
+      std::vector<double> line(nx);
+      for (int x = 0; x < nx; ++x) line[x] = plane[std::size_t(x) * rows + y];
+      return dft(line, nx, 1, k, 0);
+    };
+    std::vector<Counted> grid(std::size_t(nx) * pitch, Counted{NAN, NAN});
+    writes.assign(grid.size(), 0);
+    grid_base = grid.data();
+    for (int mx = 0; mx < nx / 2 + 1; ++mx)
+      for (int y = 0; y < rows; ++y) {
+        const cd a = along_x(psi, y, mx), b = along_x(phi, y, mx);
+        shiftstack::cuda::store_both_channels_x(grid.data(), nx, pitch, mx, y, Counted{a.real(), a.imag()},
+                                                Counted{b.real(), b.imag()});
+      }
+    for (int kx = 0; kx < nx; ++kx)
+      for (int y = 0; y < pitch; ++y) {
+        const std::size_t at = std::size_t(kx) * pitch + y;
+        if (y >= rows) {
+          EXPECT_EQ(writes[at], 0) << "at (" << kx << ", " << y << ")";
+          continue;
+        }
+        EXPECT_EQ(writes[at], 1) << "at (" << kx << ", " << y << ")";
+        const cd z = along_x(psi, y, kx) + cd(0, 1) * along_x(phi, y, kx);
+        EXPECT_NEAR(grid[at].x, z.real(), 1e-9 * nx) << "at (" << kx << ", " << y << ")";
+        EXPECT_NEAR(grid[at].y, z.imag(), 1e-9 * nx) << "at (" << kx << ", " << y << ")";
+      }
+  }
+}
+
 }  // namespace

@@ -303,11 +303,83 @@ TEST(GpuFourier, FusedScoringSwitchRefusesOtherValues) {
   unsetenv("SHIFTSTACK_FUSED_SCORING");
 }
 
+// The row route (cuda-tc's default where it applies: transforms along x only, y shifts as row
+// offsets) against the reference gather and against the planar route (SHIFTSTACK_TC_ROUTE=planes):
+// exposures that are not a multiple of the 32 of a chunk, groups of four rows b cut short by the
+// grid, several velocity chunks, regions offset in both axes and not a multiple of 16 rows, and
+// windows that hold a spread of the group's shifts. A coarse vy grid, whose rows b spread beyond
+// the 32 rows a window holds, takes the planar route.
+TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  auto reference = make_engine("reference");
+  struct Shape {
+    int exposures, width, height, vx, vy;
+    double displacement;
+    Region region;
+    const char* chunk_rows;  // SHIFTSTACK_FOURIER_CHUNK_ROWS, or null
+    bool row_route;
+  };
+  const Shape shapes[] = {
+      {12, 48, 40, 5, 7, 6, Region{0, 0, 48, 40}, nullptr, true},
+      {45, 52, 61, 6, 9, 9, Region{3, 7, 44, 37}, "4", true},
+      {33, 36, 70, 3, 13, 12, Region{5, 2, 30, 66}, nullptr, true},
+      {20, 40, 40, 4, 3, 60, Region{0, 0, 40, 40}, nullptr, false},  // 30 px between rows b
+  };
+  for (const Shape& shape : shapes) {
+    SCOPED_TRACE("E " + std::to_string(shape.exposures) + ", " + std::to_string(shape.width) + " x " +
+                 std::to_string(shape.height) + ", vy " + std::to_string(shape.vy));
+    KitOptions o = workload("ci");
+    o.exposures = shape.exposures, o.width = shape.width, o.height = shape.height;
+    o.vx_count = shape.vx, o.vy_count = shape.vy;
+    o.velocity_displacement = shape.displacement, o.curve_amplitude = 2;
+    Case c;
+    c.kit = make_kit(o);
+    c.stack = encode_kit(c.kit, Encoding::fp32);
+    const double z_thr =
+        bonferroni_threshold(0.05, double(shape.region.count()) * double(c.kit.bank.size()));
+    const OutputPolicy policy = listing_policy(z_thr);
+    c.reference = search(*reference, c.stack, c.kit.bank, policy, shape.region);
+    for (const auto& cand : c.reference.candidates)
+      if (std::abs(cand.Z - z_thr) <= 1e-4) ++c.near_threshold;
+    if (shape.chunk_rows) setenv("SHIFTSTACK_FOURIER_CHUNK_ROWS", shape.chunk_rows, 1);
+    auto engine = make_engine("cuda-tc");
+    setenv("SHIFTSTACK_TC_ROUTE", "rows", 1);
+    const SearchResult rows = search(*engine, c.stack, c.kit.bank, policy, shape.region);
+    EXPECT_EQ(diagnostics_of(*engine).row_route, shape.row_route);
+    if (shape.chunk_rows) {
+      EXPECT_GT(diagnostics_of(*engine).velocity_chunks, 1);
+    }
+    expect_agreement("cuda-tc", c, rows, tolerance_for("cuda-tc"));
+    setenv("SHIFTSTACK_TC_ROUTE", "planes", 1);
+    const SearchResult planes = search(*engine, c.stack, c.kit.bank, policy, shape.region);
+    unsetenv("SHIFTSTACK_TC_ROUTE");
+    unsetenv("SHIFTSTACK_FOURIER_CHUNK_ROWS");
+    EXPECT_FALSE(diagnostics_of(*engine).row_route);
+    for (const auto& f : compare(planes.digest, rows.digest, tolerance_for("cuda-tc")).failures) ADD_FAILURE() << f;
+    EXPECT_EQ(rows.digest.scored, planes.digest.scored);
+    EXPECT_EQ(rows.digest.argmax_velocity, planes.digest.argmax_velocity);
+  }
+}
+
+// A setting of the route switch other than rows or planes is refused.
+TEST(GpuFourier, RowRouteSwitchRefusesOtherValues) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = case_for("tiny", Encoding::fp32, "reference");
+  setenv("SHIFTSTACK_TC_ROUTE", "row", 1);
+  auto engine = make_engine("cuda-tc");
+  EXPECT_THROW(search(*engine, c.stack, c.kit.bank), Error);
+  unsetenv("SHIFTSTACK_TC_ROUTE");
+}
+
+// The CPU emulation reproduces the planar route's operands (the phases of y shifts included).
 TEST(GpuFourier, TensorCoreMatchesCpuEmulation) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
   const Case& c = case_for("ci", Encoding::fp32, "reference");
   auto engine = make_engine("cuda-tc");
+  setenv("SHIFTSTACK_TC_ROUTE", "planes", 1);
   const SearchResult r = search(*engine, c.stack, c.kit.bank);
+  unsetenv("SHIFTSTACK_TC_ROUTE");
+  EXPECT_FALSE(diagnostics_of(*engine).row_route);
   const EmulatedSearch emu = emulated_tc_search(c.stack, c.kit.bank);
   // Same operands and roundings; only the FFTs (cuFFT FP32 against double) and the order of the
   // FP32 sums differ, so the two sit much closer than either sits to the exact reference.

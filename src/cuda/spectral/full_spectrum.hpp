@@ -28,4 +28,19 @@ SHIFTSTACK_HOST_DEVICE void store_both_channels(Complex* velocity, int nx, int n
   velocity[std::size_t(mirror_x) * ny + (my == 0 ? 0 : ny - my)] = Complex{a.x + b.y, b.x - a.y};
 }
 
+// The row route's version, halved along x: psihat a and phihat b of row y at mx < nx / 2 + 1 go to
+// [mx][y] and their mirror nx - mx, so that the inverse along x of Z = a + i b is A + i B. The
+// rows mx = 0 and mx = nx / 2 are their own mirrors: written once, with the real parts.
+template <class Complex>
+SHIFTSTACK_HOST_DEVICE void store_both_channels_x(Complex* velocity, int nx, int pitch, int mx, int y, Complex a,
+                                                  Complex b) {
+  const int mirror_x = mx == 0 ? 0 : nx - mx;
+  if (mx == mirror_x) {
+    velocity[std::size_t(mx) * pitch + y] = Complex{a.x, b.x};
+    return;
+  }
+  velocity[std::size_t(mx) * pitch + y] = Complex{a.x - b.y, a.y + b.x};
+  velocity[std::size_t(mirror_x) * pitch + y] = Complex{a.x + b.y, b.x - a.y};
+}
+
 }  // namespace shiftstack::cuda

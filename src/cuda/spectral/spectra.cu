@@ -2,6 +2,9 @@
 // weighted planes, the informative-sample bitmap, forward FFTs, FP16 spectra with per-frequency
 // scales. Layouts in spectra.cuh.
 #include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <string>
 
 #include "spectra.cuh"
 #include "cuda/common/warp_mma.cuh"
@@ -46,6 +49,13 @@ void FftPlan::make(int nx, int ny, int batch, FftShape shape, cudaStream_t strea
     case FftShape::inverse_y_lines:
       SHIFTSTACK_CUFFT_CHECK(cufftPlanMany(&handle_, 1, &ny, nullptr, 1, ny, nullptr, 1, ny, CUFFT_C2C, batch));
       break;
+    case FftShape::forward_x_lines: {
+      const int nxh = nx / 2 + 1;
+      int line[1] = {nx}, real_line[1] = {2 * nxh}, complex_line[1] = {nxh};
+      SHIFTSTACK_CUFFT_CHECK(
+          cufftPlanMany(&handle_, 1, line, real_line, 1, 2 * nxh, complex_line, 1, nxh, CUFFT_R2C, batch));
+      break;
+    }
   }
   SHIFTSTACK_CUFFT_CHECK(cufftSetStream(handle_, stream));
   made_ = true;
@@ -108,8 +118,11 @@ namespace {
 constexpr int kTile = 32;      // transpose tiles: 32 x 32 pixels, kTile x kTileRows threads
 constexpr int kTileRows = 8;
 
-// Reads 32 x 32 pixel tiles along x, writes the padded planes [c][e][x][y] along y (transposed),
-// the bitmap words, and the smallest and largest positive weighted phi (floor_bits[0], [1]). Grid: (y tiles of ny, x tiles of nx, E).
+// Reads 32 x 32 pixel tiles along x, writes the padded planes [c][e][x][y] along y (transposed;
+// RowsAlongX: the row route's [c][e][y][x], as read), the bitmap words, and the smallest and
+// largest positive weighted phi (floor_bits[0], [1]). Grid: (y tiles of ny, x tiles of nx, E);
+// the row route passes the image height as ny (no padding along y).
+template <bool RowsAlongX>
 __global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int ny, int pitch,
                                      float* planes, std::uint32_t* informative_bits,
                                      int words_per_column, unsigned int* floor_bits) {
@@ -127,12 +140,17 @@ __global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int
     phi_tile[j][tx] = phi;
     flag_tile[j][tx] = informative;
     if (informative) smallest = fminf(smallest, phi), largest = fmaxf(largest, phi);
+    if (RowsAlongX && x < nx && y < ny) {
+      const std::size_t plane = std::size_t(ny) * pitch, at = std::size_t(e) * plane + std::size_t(y) * pitch + x;
+      planes[at] = psi;
+      planes[std::size_t(exposures) * plane + at] = phi;
+    }
   }
   __syncthreads();
   const std::size_t plane = std::size_t(nx) * pitch;
   for (int i = ty; i < kTile; i += blockDim.y) {
     const int x = x0 + i, y = y0 + tx;
-    if (x < nx && y < ny) {
+    if (!RowsAlongX && x < nx && y < ny) {
       const std::size_t at = std::size_t(e) * plane + std::size_t(x) * pitch + y;
       planes[at] = psi_tile[tx][i];
       planes[std::size_t(exposures) * plane + at] = phi_tile[tx][i];
@@ -304,6 +322,54 @@ struct Diagonals : PackSource {
   }
 };
 
+// Row route: the largest |spectrum|^2 per (channel, mx) over a slice of the lines (e, y) of
+// [c][e][y][mx] into scale_bits [c][mx] (atomicMax on the bits, as spectrum_scale_kernel). Grid:
+// (line slices, channels); threads walk mx, so that a warp reads consecutive values.
+__global__ void row_scale_kernel(const float2* spectra, std::int64_t lines, int nxh, int lines_per_slice,
+                                 unsigned int* scale_bits) {
+  const int channel = blockIdx.y;
+  const std::int64_t first = std::int64_t(blockIdx.x) * lines_per_slice;
+  const std::int64_t last = min(lines, first + lines_per_slice);
+  for (int mx = threadIdx.x; mx < nxh; mx += blockDim.x) {
+    float largest = 0;
+    for (std::int64_t line = first; line < last; ++line) {
+      const float2 z = spectra[(std::size_t(channel) * lines + line) * nxh + mx];
+      largest = fmaxf(largest, z.x * z.x + z.y * z.y);
+    }
+    unsigned int* slot = scale_bits + std::size_t(channel) * nxh + mx;
+    if (largest > 0 && __float_as_uint(largest) > *reinterpret_cast<volatile unsigned int*>(slot))
+      atomicMax(slot, __float_as_uint(largest));
+  }
+}
+
+// Row route: [c][e][y][mx] FP32 -> [mx][e][j] (psi, phi) FP16 over the per-mx scales, image row
+// y = first_row + j, zero outside the image and for padded exposures. Tiles of 32 rows j x 32 mx;
+// grid (row tiles, mx tiles, E_pad).
+__global__ void pack_rows_kernel(const float2* spectra, const float* scales, int exposures, int height, int nxh,
+                                 int first_row, int row_span, uint2* out) {
+  __shared__ uint2 tile[kTile][kTile + 1];
+  const int j0 = blockIdx.x * kTile, mx0 = blockIdx.y * kTile, e = blockIdx.z;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const std::int64_t lines = std::int64_t(exposures) * height;
+  const int mx = mx0 + tx;
+  for (int j = ty; j < kTile; j += blockDim.y) {
+    const int y = first_row + j0 + j;
+    uint2 value = make_uint2(0, 0);
+    if (mx < nxh && e < exposures && y >= 0 && y < height) {
+      const std::size_t at = (std::size_t(e) * height + y) * nxh + mx;
+      value = make_uint2(scaled_half2(spectra[at], scales[mx]),
+                         scaled_half2(spectra[std::size_t(lines) * nxh + at], scales[nxh + mx]));
+    }
+    tile[j][tx] = value;
+  }
+  __syncthreads();
+  const int exposures_padded = gridDim.z;
+  for (int i = ty; i < kTile; i += blockDim.y) {
+    const int row_mx = mx0 + i, j = j0 + tx;
+    if (row_mx < nxh && j < row_span) out[(std::size_t(row_mx) * exposures_padded + e) * row_span + j] = tile[tx][i];
+  }
+}
+
 }  // namespace
 
 void forward_transforms(SpectralState& s) {
@@ -311,14 +377,29 @@ void forward_transforms(SpectralState& s) {
   const int E = s.exposures, pitch = 2 * g.nyh;
   s.words_per_column = (g.height + 31) / 32;
   s.informative.resize(std::size_t(E) * g.width * s.words_per_column);
-  s.spectra.resize(std::size_t(s.input_channels()) * E * g.nx * g.nyh);  // = the real planes' floats / 2
+  s.spectra.resize(std::max(std::size_t(s.input_channels()) * E * g.nx * g.nyh,  // = the real planes' floats / 2
+                            std::size_t(2) * E * g.height * s.nxh()));           // the row route's
   s.floor_bits.resize(2);
   const unsigned int range_bits[2] = {0x7f800000u, 0u};  // +inf, 0: no informative sample yet
   SHIFTSTACK_CUDA_CHECK(cudaMemcpyAsync(s.floor_bits.get(), range_bits, sizeof range_bits,
                                         cudaMemcpyHostToDevice, s.stream));
   const DecodeInputs in = decode_inputs(s);
-  const dim3 block(kTile, kTileRows), grid((g.ny + kTile - 1) / kTile, (g.nx + kTile - 1) / kTile, E);
-  decode_planes_kernel<<<grid, block, 0, s.stream>>>(in, E, g.nx, g.ny, pitch,
+  const dim3 block(kTile, kTileRows);
+  if (s.row_route) {
+    // Rows along x, only the image's rows: the y shifts are row offsets, nothing wraps along y.
+    const dim3 grid((g.height + kTile - 1) / kTile, (g.nx + kTile - 1) / kTile, E);
+    decode_planes_kernel<true><<<grid, block, 0, s.stream>>>(in, E, g.nx, g.height, 2 * s.nxh(),
+                                                             reinterpret_cast<float*>(s.spectra.get()),
+                                                             s.informative.get(), s.words_per_column,
+                                                             s.floor_bits.get());
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+    s.forward_plan.make(g.nx, g.height, 2 * E * g.height, FftShape::forward_x_lines, s.stream);
+    SHIFTSTACK_CUFFT_CHECK(cufftExecR2C(s.forward_plan.handle(), reinterpret_cast<cufftReal*>(s.spectra.get()),
+                                        reinterpret_cast<cufftComplex*>(s.spectra.get())));
+    return;
+  }
+  const dim3 grid((g.ny + kTile - 1) / kTile, (g.nx + kTile - 1) / kTile, E);
+  decode_planes_kernel<false><<<grid, block, 0, s.stream>>>(in, E, g.nx, g.ny, pitch,
                                                      reinterpret_cast<float*>(s.spectra.get()),
                                                      s.informative.get(), s.words_per_column,
                                                      s.floor_bits.get());
@@ -394,6 +475,80 @@ void pack_half_spectra(SpectralState& s, int vb_granularity) {
         padded[std::size_t(b) * s.exposures_padded + e] = fy[std::size_t(b) * s.exposures + e];
     s.frac_y_rel.upload(padded, s.stream);
   }
+}
+
+}  // namespace shiftstack::cuda
+
+namespace shiftstack::cuda {
+
+bool plan_row_route(SpectralState& s, int group_rows, int max_window_rows) {
+  s.row_route = false;
+  const char* forced = std::getenv("SHIFTSTACK_TC_ROUTE");
+  // Planar by default until the row route has run on a GPU (it was written without one).
+  const std::string setting = forced ? forced : "planes";
+  require(setting == "rows" || setting == "planes", "SHIFTSTACK_TC_ROUTE must be rows or planes, not '" + setting + "'");
+  // Integer shifts and the fused post-processing only: the fractional contraction and the top-k
+  // lists (which read whole planes after cuFFT's 2-D inverse) stay on the planar route.
+  if (setting == "planes" || s.fractional || !s.fused_scoring) return false;
+  // The contraction keeps its group's window starts for every exposure in shared memory (4 bytes
+  // each, beside three pipeline stages); longer stacks take the planar route.
+  constexpr int kMaxExposures = 8192;
+  if (s.exposures_padded > kMaxExposures) return false;
+  const FourierGeometry& g = s.geometry;
+  const int E = s.exposures, E_pad = s.exposures_padded;
+  const int vb_padded = (s.vb + group_rows - 1) / group_rows * group_rows, groups = vb_padded / group_rows;
+  // Per group and exposure the rows of the group start at the smallest sy - min_sy, rounded down
+  // to even (16-byte copies of two rows); each row b then reads 16 rows from its own offset.
+  std::vector<std::int32_t> start(std::size_t(groups) * E_pad, 0), offset(std::size_t(vb_padded) * E_pad, 0);
+  int widest = 0;
+  for (int group = 0; group < groups; ++group) {
+    const int b_first = group * group_rows, b_last = std::min(s.vb, b_first + group_rows);
+    for (int e = 0; e < E; ++e) {
+      int lowest = std::numeric_limits<int>::max();
+      for (int b = b_first; b < b_last; ++b) lowest = std::min(lowest, s.shifts.y[std::size_t(b) * E + e] - g.min_sy);
+      const int first = lowest & ~1;
+      start[std::size_t(group) * E_pad + e] = first;
+      for (int b = b_first; b < b_last; ++b) {
+        const int rel = s.shifts.y[std::size_t(b) * E + e] - g.min_sy - first;
+        offset[std::size_t(b) * E_pad + e] = rel;
+        widest = std::max(widest, rel);
+      }
+    }
+  }
+  const int window = (16 + widest + 1) / 2 * 2;
+  if (window > max_window_rows) return false;
+  s.window_rows = window;
+  // Exposures 4 or 12 (mod 16) rows apart in shared memory: the four exposures one 8-byte load
+  // phase reads start 8 banks apart.
+  s.window_pitch = window;
+  while (s.window_pitch % 8 != 4) s.window_pitch += 2;
+  const int row_tiles = (s.region.height + 15) / 16;
+  s.row_span = (row_tiles * 16 + (g.max_sy - g.min_sy) + window + 1) / 2 * 2;
+  s.window_start.upload(start, s.stream);
+  s.row_in_window.upload(offset, s.stream);
+  s.row_route = true;
+  return true;
+}
+
+void pack_half_rows(SpectralState& s) {
+  const FourierGeometry& g = s.geometry;
+  const int nxh = s.nxh();
+  s.scales.resize(std::size_t(2) * nxh);
+  s.half_spectra.resize(std::size_t(nxh) * s.exposures_padded * s.row_span);  // every value written below
+  SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.scales.get(), 0, s.scales.bytes(), s.stream));
+  const std::int64_t lines = std::int64_t(s.exposures) * g.height;
+  constexpr int kLinesPerSlice = 512;
+  const dim3 scale_grid(unsigned((lines + kLinesPerSlice - 1) / kLinesPerSlice), 2);
+  row_scale_kernel<<<scale_grid, 256, 0, s.stream>>>(s.spectra.get(), lines, nxh, kLinesPerSlice,
+                                                     reinterpret_cast<unsigned int*>(s.scales.get()));
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  finish_scales_kernel<<<unsigned((2 * nxh + 255) / 256), 256, 0, s.stream>>>(2 * nxh, s.scales.get());
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  const dim3 block(kTile, kTileRows),
+      grid(unsigned((s.row_span + kTile - 1) / kTile), unsigned((nxh + kTile - 1) / kTile), unsigned(s.exposures_padded));
+  pack_rows_kernel<<<grid, block, 0, s.stream>>>(s.spectra.get(), s.scales.get(), s.exposures, g.height, nxh,
+                                                 s.region.y0 + g.min_sy, s.row_span, s.half_spectra.get());
+  SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace shiftstack::cuda

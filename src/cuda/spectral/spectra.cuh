@@ -17,6 +17,17 @@
 //                                    grid): psihat + i phihat, so that one complex inverse
 //                                    transform, in place, leaves (A, B) as one float2 per origin
 //                                    [v][x][y] (full_spectrum.hpp)
+//
+// The row route of cuda-tc (row_route): the planes are transformed along x only, and the y shift
+// of a trial becomes a row offset instead of a phase (a gather of rows, no multiplication):
+//   spectra          [c][e][y][mx]   complex FP32, mx < nxh = nx / 2 + 1, y < height (in place
+//                                    over the real rows [c][e][y][2 nxh])
+//   half_spectra     [mx][e < E_pad][j < row_span] uint2: (psi half2, phi half2) of image row
+//                                    y = region.y0 + min_sy + j (zero outside the image), each
+//                                    over its channel's largest magnitude at that mx
+//   scales           [c][mx]
+//   velocity_spectra [v][mx][y]      as after the planar route's inverse along y: psihat + i phihat
+//                                    along x, rows y of the region only (pitch ny)
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -68,6 +79,7 @@ enum class FftShape {
   forward_planes,  // batched 2-D real to half complex over nx x ny (real rows padded to 2 nyh)
   inverse_planes,  // batched 2-D complex to complex over the full nx x ny grid
   inverse_y_lines, // batched 1-D complex to complex along y (contiguous lines of ny)
+  forward_x_lines, // batched 1-D real to half complex along x (row route; real rows padded to 2 nxh)
 };
 
 // A cuFFT plan for a fixed shape, made once and reused.
@@ -79,7 +91,7 @@ class FftPlan {
   ~FftPlan() {
     if (made_) cufftDestroy(handle_);
   }
-  // `batch`: planes, or for inverse_y_lines the lines (nx of them per plane).
+  // `batch`: planes, or for the line shapes the lines.
   void make(int nx, int ny, int batch, FftShape shape, cudaStream_t stream);
   bool matches(int nx, int ny, int batch, FftShape shape) const {
     return made_ && nx == nx_ && ny == ny_ && batch == batch_ && shape == shape_;
@@ -192,6 +204,17 @@ struct SpectralState {
   // and read back a second time; false, cuFFT inverts both axes and the scoring reads the planes.
   bool fused_scoring = false;
   DeviceArray<std::int32_t> x_positions;  // fused: where input row mx sits before the in-place stages
+  // Row route (cuda-tc, integer shifts, fused post-processing; plan_row_route): no transform along
+  // y, so no inverse along y either. A CTA of the contraction takes kRowGroup consecutive rows b and
+  // 16 region rows; per exposure it copies one window of window_rows rows of half_spectra, starting
+  // window_start[group][e] rows into its tile, and each row b reads from row_in_window[b][e] on.
+  bool row_route = false;
+  int row_span = 0;        // rows j of half_spectra per (mx, e)
+  int window_rows = 0;     // rows copied per exposure (even)
+  int window_pitch = 0;    // rows between exposures in shared memory (bank spread)
+  DeviceArray<std::int32_t> window_start;   // [group][E_pad]
+  DeviceArray<std::int32_t> row_in_window;  // [b < vb_padded][E_pad]
+  int nxh() const { return geometry.nx / 2 + 1; }
   unsigned long long x_radices = 0;       // fused: the x transform's radices, 4 bits per stage
   int x_stages = 0;
   std::vector<cudaEvent_t> chunk_events;                  // 3 per velocity chunk
@@ -223,7 +246,9 @@ struct SpectralState {
   // Strips of 32 region columns: the scoring's warps per velocity, and its partial digests.
   int score_strips() const { return (region.height + 31) / 32; }
   // Normalization of the unnormalized inverse transform, folded into the contraction's output.
-  float inverse_norm() const { return float(1.0 / (double(geometry.nx) * geometry.ny)); }
+  float inverse_norm() const {
+    return float(1.0 / (row_route ? double(geometry.nx) : double(geometry.nx) * geometry.ny));
+  }
   // Can a trial's FFT-route B be untrusted and gathered exactly (else: clamped)?
   bool recompute_listing() const { return fractional || exact_below > 0; }
 };
@@ -337,6 +362,12 @@ void forward_transforms(SpectralState& state);
 // FP16 spectra and per-frequency scales, and shift_y_rel, for the FP16 engines; for fractional
 // shifts also the FP16 covariance channels and frac_y_rel.
 void pack_half_spectra(SpectralState& state, int vb_granularity);
+// The row route's windows for CTAs of `group_rows` consecutive rows b (host tables, uploaded):
+// false, leaving state.row_route unset, where the rows of one group spread over more than a
+// window of `max_window_rows` holds (a coarse vy grid) or SHIFTSTACK_TC_ROUTE=planes.
+bool plan_row_route(SpectralState& state, int group_rows, int max_window_rows);
+// Row route: FP16 rows and per-mx scales (half_spectra, scales).
+void pack_half_rows(SpectralState& state);
 // Picks state.fused_scoring for this search (before the plans are made): the fused route needs no
 // top-k lists (their kernel reads whole planes), an x axis whose lines fit twice per SM in shared
 // memory, and no SHIFTSTACK_FUSED_SCORING=0 (which keeps the 2-D route, for A/B timing).

@@ -170,10 +170,16 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
     SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&e));
     s.chunk_events.push_back(e);
   }
-  // Plans before the clock starts (made once per shape).
-  s.forward_plan.make(g.nx, g.ny, s.input_channels() * s.exposures, FftShape::forward_planes, s.stream);
+  // Routes, window tables and plans before the clock starts (plans are made once per shape).
   choose_post_processing(s);
-  for (int b = 0; b < s.vb; b += s.chunk_rows) inverse_plan(s, std::min(s.chunk_rows, s.vb - b));
+  s.row_route = false;
+  if (row_route_window_limit() > 0) plan_row_route(s, granularity, row_route_window_limit());
+  if (s.row_route) {
+    s.forward_plan.make(g.nx, g.height, 2 * s.exposures * g.height, FftShape::forward_x_lines, s.stream);
+  } else {
+    s.forward_plan.make(g.nx, g.ny, s.input_channels() * s.exposures, FftShape::forward_planes, s.stream);
+    for (int b = 0; b < s.vb; b += s.chunk_rows) inverse_plan(s, std::min(s.chunk_rows, s.vb - b));
+  }
 
   // The scan; run again (rare) when more trials needed the exact gather than the list could hold.
   unsigned long long recomputed = 0;
@@ -214,7 +220,9 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   SpectralDiagnostics& d = diagnostics_;
   d = SpectralDiagnostics{};
   d.geometry = g;
-  d.useful_flops = g.useful_flops(s.exposures, V);
+  d.useful_flops = s.row_route ? 16.0 * s.nxh() * s.region.height * s.exposures * double(V)
+                               : g.useful_flops(s.exposures, V);
+  d.row_route = s.row_route;
   d.velocity_chunks = chunks;
   d.fused_scoring = s.fused_scoring;
   d.times.forward_ms = elapsed_ms(s.events[0], s.events[1]);

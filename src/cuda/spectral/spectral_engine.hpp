@@ -39,6 +39,10 @@ struct SpectralDiagnostics {
   // Post-processing route: the inverse along x ran inside the scoring kernel (cuFFT only along y),
   // else cuFFT's 2-D inverse, then scoring.
   bool fused_scoring = false;
+  // Contraction route (cuda-tc): the planes transformed along x only and the y shifts taken as row
+  // offsets (no transforms along y), else the 2-D transforms of SPEC 6. On the row route F counts
+  // (nx / 2 + 1) x region rows: the products it computes.
+  bool row_route = false;
   SpectralStageTimes times;
   double contraction_tflops() const {
     return times.contraction_ms > 0 ? useful_flops / (times.contraction_ms * 1e-3) / 1e12 : 0.0;
@@ -70,6 +74,8 @@ class SpectralEngine : public Engine {
   virtual float exact_below() const { return 0; }
   // Velocity rows per chunk are a multiple of this.
   virtual int row_granularity() const { return 1; }
+  // Engines with a row-route contraction: the most rows per exposure its window holds (0: none).
+  virtual int row_route_window_limit() const { return 0; }
   // Extra device bytes per velocity row of a chunk (materialized operands and the like).
   virtual double bytes_per_row(const SpectralState&) const { return 0; }
 

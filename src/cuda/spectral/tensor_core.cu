@@ -461,6 +461,169 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
                               [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
 }
 
+// --- the row route: transforms along x only, y shifts as row offsets --------------------------------
+//
+// Per x frequency mx (mx <= nx / 2) and image row y of the region the velocity plane is
+//   D[(b, y), a] = sum_e  S_e(mx, y + sy[b,e]) * Y_x(mx sx[a,e])
+// with S_e the transform of exposure e along x only. The A operand is a gather of rows of S: no
+// phase and no multiplication, so a k16 step costs four 8-byte shared loads and the sign and swap
+// of the real block form, where the planar kernel spends about 100 instructions forming A.
+// One CTA = one mx, 16 region rows, kWarps consecutive b (one per warp), one a block of columns.
+// Per exposure of a chunk the CTA copies one window of half_spectra rows that covers its four
+// rows b (SpectralState::window_start); warp b reads its 16 rows from row_in_window[b][e] on.
+struct RowParams {
+  const uint2* half_rows;             // [mx][e < E_pad][j < row_span]: (psi half2, phi half2)
+  const float* scales;                // [c][mx]
+  const __half2* x_phases;            // [mx][a < va_padded][E_pad]
+  const std::int32_t* window_start;   // [group][E_pad]
+  const std::int32_t* row_in_window;  // [b < vb_padded][E_pad]
+  int row_span, window_rows, window_pitch, exposures_padded, va, va_padded, row_tiles;
+  int nx, out_pitch, region_y0, region_height;
+  int b_begin, b_end;
+  float norm;
+  float2* out;                        // [(b - b_begin) * va + a][mx < nx][y < out_pitch]
+};
+constexpr int kMaxWindowRows = 32;    // rows copied per exposure: 16 and a spread of the group's shifts
+constexpr int kMaxWindowCopies = kChunk * kMaxWindowRows / 2 / kThreads;  // 16-byte copies per thread
+
+template <int kColumnTiles>
+struct RowLayout {
+  static constexpr int y_bytes = kColumnTiles * 8 * kYRowBytes;
+  static constexpr int offset_bytes = kWarps * kShiftRowBytes;
+  __host__ __device__ static int window_bytes(int pitch) { return kChunk * pitch * 8; }
+  __host__ __device__ static int stage_bytes(int pitch) { return y_bytes + offset_bytes + window_bytes(pitch); }
+  __host__ __device__ static int starts_bytes(int exposures_padded) { return exposures_padded * 4; }
+  __host__ __device__ static int total_bytes(int pitch, int exposures_padded) {
+    return starts_bytes(exposures_padded) + kStages * stage_bytes(pitch);
+  }
+};
+
+template <int kColumnTiles>
+__global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p) {
+  using L = RowLayout<kColumnTiles>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int group = lane >> 2, quad = lane & 3;
+  const int tile = blockIdx.x;
+  const int row0 = (tile % p.row_tiles) * kRows;  // region row of the CTA's first row
+  const int b_cta = p.b_begin + (tile / p.row_tiles) * kWarps;
+  const int b = b_cta + warp;
+  const int a0 = blockIdx.y * kColumnTiles * 8;
+  const int mx = blockIdx.z;
+  const int stage_bytes = L::stage_bytes(p.window_pitch);
+
+  // The group's window starts for every exposure, before the first copies need them.
+  std::int32_t* starts = reinterpret_cast<std::int32_t*>(smem);
+  unsigned char* stages = smem + L::starts_bytes(p.exposures_padded);
+  const std::int32_t* group_starts = p.window_start + std::size_t(b_cta / kWarps) * p.exposures_padded;
+  for (int e = threadIdx.x; e < p.exposures_padded; e += kThreads) starts[e] = group_starts[e];
+  __syncthreads();
+
+  const int chunks = p.exposures_padded / kChunk;
+  const std::size_t E = p.exposures_padded;
+  const RowShare<kColumnTiles * 8, 8, kThreads> x_rows;
+  const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
+  const int x_dst = x_rows.row0 * kYRowBytes + x_rows.part * 16;
+  const RowShare<kWarps, 8, kThreads> offset_rows;
+  const std::int32_t* offset_src = p.row_in_window + std::size_t(b_cta + offset_rows.row0) * E + offset_rows.part * 4;
+  const int offset_dst = L::y_bytes + offset_rows.row0 * kShiftRowBytes + offset_rows.part * 16;
+  // The windows: kChunk exposures of window_rows / 2 copies of two rows each, dealt out in turn.
+  const int copies_per_exposure = p.window_rows / 2, copies = kChunk * copies_per_exposure;
+  const uint2* rows_of_mx = p.half_rows + std::size_t(mx) * E * p.row_span + row0;
+  auto load_stage = [&](int chunk, int slot) {
+    unsigned char* st = stages + slot * stage_bytes;
+    const int e0 = chunk * kChunk;
+    x_rows.copy(st + x_dst, decltype(x_rows)::rows_per_pass * kYRowBytes, x_src + e0,
+                decltype(x_rows)::rows_per_pass * E);
+    offset_rows.copy(st + offset_dst, 0, offset_src + e0, 0);
+    unsigned char* windows = st + L::y_bytes + L::offset_bytes;
+#pragma unroll
+    for (int k = 0; k < kMaxWindowCopies; ++k) {
+      const int c = int(threadIdx.x) + k * kThreads;
+      if (c < copies) {
+        const int e = c / copies_per_exposure, part = c - e * copies_per_exposure;
+        copy_async_16(windows + (e * p.window_pitch + 2 * part) * 8,
+                      rows_of_mx + std::size_t(e0 + e) * p.row_span + starts[e0 + e] + 2 * part);
+      }
+    }
+  };
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < chunks) load_stage(s, s);
+    copy_async_commit();
+  }
+
+  float acc[2][2][kColumnTiles][4];  // [channel][real, imaginary][n8 tile][fragment]
+  zero_accumulators(acc);
+  const int ld_row = ((lane >> 4) * 8 + (lane & 7)) * kYRowBytes + ((lane >> 3) & 1) * 16;
+  const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
+  const int window_pitch_bytes = p.window_pitch * 8;
+
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    advance_pipeline<kStages>(chunk, chunks, load_stage);
+    const unsigned char* st = stages + (chunk % kStages) * stage_bytes;
+    const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + warp * kChunk;
+    const unsigned char* windows = st + L::y_bytes + L::offset_bytes + group * 8;
+#pragma unroll
+    for (int step = 0; step < kChunk / 8; ++step) {
+      // A registers 0-3: (row g, exposure q), (row g + 8, q), (row g, q + 4), (row g + 8, q + 4).
+      const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
+      const unsigned char* lo = windows + e_lo * window_pitch_bytes + offsets[e_lo] * 8;
+      const unsigned char* hi = windows + e_hi * window_pitch_bytes + offsets[e_hi] * 8;
+      const uint2 samples[4] = {*reinterpret_cast<const uint2*>(lo), *reinterpret_cast<const uint2*>(lo + 64),
+                                *reinterpret_cast<const uint2*>(hi), *reinterpret_cast<const uint2*>(hi + 64)};
+      std::uint32_t operands[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        block_pairs(samples[r].x, operands[0][r], operands[1][r]);
+        block_pairs(samples[r].y, operands[2][r], operands[3][r]);
+      }
+      const unsigned char* ystep = st + step * 32;
+#pragma unroll
+      for (int n = 0; n < kColumnTiles; n += 2) {
+        std::uint32_t b0, b1, b2 = 0, b3 = 0;
+        if (n + 1 < kColumnTiles) {
+          load_matrix_x4(b0, b1, b2, b3, ystep + n * 8 * kYRowBytes + ld_row);
+        } else {
+          load_matrix_x2(b0, b1, ystep + n * 8 * kYRowBytes + ld_row_x2);
+        }
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          mma_16x8x16(acc[c][0][n], operands[2 * c], b0, b1);
+          mma_16x8x16(acc[c][1][n], operands[2 * c + 1], b0, b1);
+        }
+        if (n + 1 < kColumnTiles) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            mma_16x8x16(acc[c][0][n + 1], operands[2 * c], b2, b3);
+            mma_16x8x16(acc[c][1][n + 1], operands[2 * c + 1], b2, b3);
+          }
+        }
+      }
+    }
+  }
+
+  // Epilogue: the per-mx scales and 1 / nx, rows y of the region only, mx and its mirror.
+  if (b >= p.b_end) return;
+  const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + group + 8 * half;
+    if (row >= p.region_height) continue;
+#pragma unroll
+    for (int n = 0; n < kColumnTiles; ++n)
+#pragma unroll
+      for (int col = 0; col < 2; ++col) {
+        const int a = a0 + n * 8 + 2 * quad + col;
+        if (a >= p.va) continue;
+        const int i = 2 * half + col;
+        float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
+        store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row,
+                              make_float2(acc[0][0][n][i] * scale_psi, acc[0][1][n][i] * scale_psi),
+                              make_float2(acc[1][0][n][i] * scale_phi, acc[1][1][n][i] * scale_phi));
+      }
+  }
+}
+
 // --- fractional (bilinear) shifts ---------------------------------------------------------------
 //
 // The three products of cuda-fourier's fractional phase sum (fourier.cu, Layout), on the tensor
@@ -688,11 +851,12 @@ __global__ void fractional_x_table_kernel(const std::int32_t* sx, const float* f
   tables[2 * total + idx] = __floats2half2_rn(t.cross.x, t.cross.y);
 }
 
-// x phases in FP16: table[mx][a][e] = exp(2 pi i mx sx[a,e] / nx), zero for padded a and e.
-__global__ void x_phase_table_kernel(const std::int32_t* sx, const __half2* root_x, int nx, int va,
+// x phases in FP16: table[mx][a][e] = exp(2 pi i mx sx[a,e] / nx) for mx < rows (nx, or nx / 2 + 1
+// on the row route), zero for padded a and e.
+__global__ void x_phase_table_kernel(const std::int32_t* sx, const __half2* root_x, int nx, int rows, int va,
                                      int va_padded, int exposures, int exposures_padded, __half2* table) {
   const std::size_t idx = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::size_t total = std::size_t(nx) * va_padded * exposures_padded;
+  const std::size_t total = std::size_t(rows) * va_padded * exposures_padded;
   if (idx >= total) return;
   const int e = int(idx % exposures_padded);
   const int a = int(idx / exposures_padded % va_padded);
@@ -733,9 +897,18 @@ class TensorCoreEngine final : public SpectralEngine {
     return {};
   }
   int row_granularity() const override { return tc::kWarps; }
+  // The row route runs on the mma.sync kernel: forcing a wgmma kernel keeps the planar route.
+  int row_route_window_limit() const override {
+    const char* forced = std::getenv("SHIFTSTACK_TC_KERNEL");
+    return forced && std::string(forced) != "mma" ? 0 : tc::kMaxWindowRows;
+  }
 
   void prepare(SpectralState& s) override {
-    pack_half_spectra(s, tc::kWarps);
+    if (s.row_route) {
+      pack_half_rows(s);
+    } else {
+      pack_half_spectra(s, tc::kWarps);
+    }
     column_tiles_ = std::min(tc::kMaxColumnTiles, (s.va + 7) / 8);
     // mma.sync (HMMA), the faster on `dense` on the H200 and on an H100; the environment variable
     // SHIFTSTACK_TC_KERNEL=mma|wgmma|wgmma-split forces one (for tests and timing).
@@ -752,7 +925,8 @@ class TensorCoreEngine final : public SpectralEngine {
     column_blocks_ = (s.va + column_tiles_ * 8 - 1) / (column_tiles_ * 8);
     va_padded_ = column_blocks_ * column_tiles_ * 8;
     const FourierGeometry& g = s.geometry;
-    table_stride_ = std::size_t(g.nx) * va_padded_ * s.exposures_padded;
+    const int table_rows = s.row_route ? s.nxh() : g.nx;
+    table_stride_ = std::size_t(table_rows) * va_padded_ * s.exposures_padded;
     const unsigned blocks = unsigned((table_stride_ + 255) / 256);
     if (s.fractional) {
       x_phases_.resize(tc::kFracTables * table_stride_);
@@ -761,7 +935,8 @@ class TensorCoreEngine final : public SpectralEngine {
                                                                   s.exposures, s.exposures_padded, x_phases_.get());
     } else {
       x_phases_.resize(table_stride_);
-      tc::x_phase_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.get(), s.root_x_half.get(), g.nx, s.va,
+      tc::x_phase_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.get(), s.root_x_half.get(), g.nx, table_rows,
+                                                             s.va,
                                                              va_padded_, s.exposures, s.exposures_padded,
                                                              x_phases_.get());
     }
@@ -771,6 +946,8 @@ class TensorCoreEngine final : public SpectralEngine {
   void contract(SpectralState& s, int b_begin, int b_end) override {
     if (s.fractional) {
       with_column_tiles([&]<int kTiles>() { launch_fractional<kTiles>(s, b_begin, b_end); });
+    } else if (s.row_route) {
+      with_column_tiles([&]<int kTiles>() { launch_rows<kTiles>(s, b_begin, b_end); });
     } else if (use_wgmma_) {
       launch_wgmma(s, b_begin, b_end);
     } else {
@@ -832,6 +1009,41 @@ class TensorCoreEngine final : public SpectralEngine {
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const dim3 grid(unsigned(row_groups * p.my_tiles), unsigned(column_blocks_), unsigned(g.nx));
     tc::contract_kernel<kColumnTiles><<<grid, tc::kThreads, smem, s.stream>>>(p);
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
+
+  template <int kColumnTiles>
+  void launch_rows(SpectralState& s, int b_begin, int b_end) {
+    tc::RowParams p{};
+    p.half_rows = s.half_spectra.get();
+    p.scales = s.scales.get();
+    p.x_phases = x_phases_.get();
+    p.window_start = s.window_start.get();
+    p.row_in_window = s.row_in_window.get();
+    p.row_span = s.row_span;
+    p.window_rows = s.window_rows;
+    p.window_pitch = s.window_pitch;
+    p.exposures_padded = s.exposures_padded;
+    p.va = s.va;
+    p.va_padded = va_padded_;
+    p.row_tiles = (s.region.height + tc::kRows - 1) / tc::kRows;
+    p.nx = s.geometry.nx;
+    p.out_pitch = s.geometry.ny;
+    p.region_y0 = s.region.y0;
+    p.region_height = s.region.height;
+    p.b_begin = b_begin;
+    p.b_end = b_end;
+    p.norm = s.inverse_norm();
+    p.out = s.velocity_spectra.get();
+    const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
+    const int smem = tc::RowLayout<kColumnTiles>::total_bytes(p.window_pitch, p.exposures_padded);
+    require(smem <= kSharedBudget, "engine 'cuda-tc': the row route needs " + std::to_string(smem) +
+                                       " bytes of shared memory per CTA (window starts of " +
+                                       std::to_string(p.exposures_padded) + " exposures); set SHIFTSTACK_TC_ROUTE=planes");
+    SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(tc::contract_rows_kernel<kColumnTiles>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const dim3 grid(unsigned(row_groups * p.row_tiles), unsigned(column_blocks_), unsigned(s.nxh()));
+    tc::contract_rows_kernel<kColumnTiles><<<grid, tc::kThreads, smem, s.stream>>>(p);
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 

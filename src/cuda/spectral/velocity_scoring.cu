@@ -916,6 +916,7 @@ FftPlan& inverse_plan(SpectralState& s, int rows) {
 }
 
 void inverse_transforms(SpectralState& s, int rows) {
+  if (s.row_route) return;  // nothing was transformed along y
   auto* spectra = reinterpret_cast<cufftComplex*>(s.velocity_spectra.get());
   SHIFTSTACK_CUFFT_CHECK(cufftExecC2C(inverse_plan(s, rows).handle(), spectra, spectra, CUFFT_INVERSE));
 }
