@@ -2,12 +2,14 @@
 // (cuda/spectral/full_spectrum.hpp); checked here against direct DFTs, without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <random>
 #include <vector>
 
 #include "cuda/spectral/full_spectrum.hpp"
+#include "cuda/spectral/row_windows.hpp"
 
 namespace {
 
@@ -115,6 +117,87 @@ TEST(FullSpectrum, RowRouteHalfSpectraAlongXBecomeOneFullGridWrittenOnce) {
         EXPECT_NEAR(grid[at].x, z.real(), 1e-9 * nx) << "at (" << kx << ", " << y << ")";
         EXPECT_NEAR(grid[at].y, z.imag(), 1e-9 * nx) << "at (" << kx << ", " << y << ")";
       }
+  }
+}
+
+// The row route end to end in double precision, on the host: spectra along x of the rows the
+// windows name, products over the gathered rows, the x-halved store, the inverse along x. The
+// result must be the direct shift-and-add (samples outside the image count zero) at every origin
+// of a region offset in both axes, for groups of four rows b cut short by the grid and exposures
+// padded past a multiple of 32.
+TEST(RowWindows, RowRouteReproducesTheDirectShiftAndAdd) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal;
+  std::uniform_int_distribution<int> shift(-5, 5);
+  const int E = 7, E_pad = 32, width = 11, height = 19, va = 3, vb = 6, group_rows = 4;
+  const int rx0 = 2, ry0 = 3, rw = 8, rh = 14;
+  std::vector<std::int32_t> sx(std::size_t(va) * E), sy(std::size_t(vb) * E);
+  for (auto& v : sx) v = shift(rng);
+  for (auto& v : sy) v = shift(rng);
+  const auto [lo_x, hi_x] = std::minmax_element(sx.begin(), sx.end());
+  const auto [lo_y, hi_y] = std::minmax_element(sy.begin(), sy.end());
+  const int min_sy = *lo_y, max_sy = *hi_y;
+  const int nx = width + (*hi_x - *lo_x), nxh = nx / 2 + 1;
+  std::vector<double> psi(std::size_t(E) * height * width), phi(psi.size());
+  for (std::size_t i = 0; i < psi.size(); ++i) psi[i] = normal(rng), phi[i] = std::abs(normal(rng));
+  auto pixel = [&](const std::vector<double>& plane, int e, int x, int y) {
+    return x < 0 || y < 0 || x >= width || y >= height ? 0.0 : plane[(std::size_t(e) * height + y) * width + x];
+  };
+
+  const shiftstack::cuda::RowWindows w =
+      shiftstack::cuda::plan_row_windows(sy, vb, E, E_pad, group_rows, min_sy, max_sy, rh);
+  EXPECT_EQ(w.rows % 2, 0);
+  EXPECT_EQ(w.pitch % 8, 4);
+  EXPECT_GE(w.pitch, w.rows);
+  // Spectra along x of rows j: image row ry0 + min_sy + j, mx < nxh.
+  auto row_spectrum = [&](const std::vector<double>& plane, int e, int j, int mx) {
+    cd sum = 0;
+    for (int x = 0; x < nx; ++x) sum += pixel(plane, e, x, ry0 + min_sy + j) * std::polar(1.0, -2 * M_PI * double(mx) * x / nx);
+    return sum;
+  };
+  for (int b = 0; b < vb; ++b) {
+    const int group = b / group_rows;
+    for (int a = 0; a < va; ++a) {
+      std::vector<Counted> grid(std::size_t(nx) * height, Counted{NAN, NAN});
+      writes.assign(grid.size(), 0);
+      grid_base = grid.data();
+      for (int tile_first = 0; tile_first < rh; tile_first += 16)
+        for (int r = 0; r < 16 && tile_first + r < rh; ++r)
+          for (int mx = 0; mx < nxh; ++mx) {
+            cd sum_psi = 0, sum_phi = 0;
+            for (int e = 0; e < E; ++e) {
+              const int start = w.start[std::size_t(group) * E_pad + e];
+              const int offset = w.offset[std::size_t(b) * E_pad + e];
+              ASSERT_EQ(start % 2, 0);
+              ASSERT_LE(offset + 16, w.rows) << "a row b reads past its group's window";
+              const int j = tile_first + start + offset + r;
+              ASSERT_LT(tile_first + start + w.rows, w.span + 1) << "a window runs past the rows";
+              const cd phase = std::polar(1.0, 2 * M_PI * double(mx) * sx[std::size_t(a) * E + e] / nx);
+              sum_psi += row_spectrum(psi, e, j, mx) * phase;
+              sum_phi += row_spectrum(phi, e, j, mx) * phase;
+            }
+            shiftstack::cuda::store_both_channels_x(grid.data(), nx, height, mx, ry0 + tile_first + r,
+                                                    Counted{sum_psi.real(), sum_psi.imag()},
+                                                    Counted{sum_phi.real(), sum_phi.imag()});
+          }
+      for (int y = ry0; y < ry0 + rh; ++y)
+        for (int x = rx0; x < rx0 + rw; ++x) {
+          cd z = 0;  // inverse along x, normalized
+          for (int k = 0; k < nx; ++k) {
+            ASSERT_EQ(writes[std::size_t(k) * height + y], 1);
+            const Counted& g = grid[std::size_t(k) * height + y];
+            z += cd(g.x, g.y) * std::polar(1.0, 2 * M_PI * double(k) * x / nx);
+          }
+          z /= nx;
+          double A = 0, B = 0;
+          for (int e = 0; e < E; ++e) {
+            A += pixel(psi, e, x + sx[std::size_t(a) * E + e], y + sy[std::size_t(b) * E + e]);
+            B += pixel(phi, e, x + sx[std::size_t(a) * E + e], y + sy[std::size_t(b) * E + e]);
+          }
+          EXPECT_NEAR(z.real(), A, 1e-9) << "A at b " << b << ", a " << a << ", (" << x << ", " << y << ")";
+          EXPECT_NEAR(z.imag(), B, 1e-9) << "B at b " << b << ", a " << a << ", (" << x << ", " << y << ")";
+        }
+    }
   }
 }
 

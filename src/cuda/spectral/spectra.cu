@@ -3,9 +3,9 @@
 // scales. Layouts in spectra.cuh.
 #include <algorithm>
 #include <cstdlib>
-#include <limits>
 #include <string>
 
+#include "row_windows.hpp"
 #include "spectra.cuh"
 #include "cuda/common/warp_mma.cuh"
 
@@ -495,37 +495,14 @@ bool plan_row_route(SpectralState& s, int group_rows, int max_window_rows) {
   constexpr int kMaxExposures = 8192;
   if (s.exposures_padded > kMaxExposures) return false;
   const FourierGeometry& g = s.geometry;
-  const int E = s.exposures, E_pad = s.exposures_padded;
-  const int vb_padded = (s.vb + group_rows - 1) / group_rows * group_rows, groups = vb_padded / group_rows;
-  // Per group and exposure the rows of the group start at the smallest sy - min_sy, rounded down
-  // to even (16-byte copies of two rows); each row b then reads 16 rows from its own offset.
-  std::vector<std::int32_t> start(std::size_t(groups) * E_pad, 0), offset(std::size_t(vb_padded) * E_pad, 0);
-  int widest = 0;
-  for (int group = 0; group < groups; ++group) {
-    const int b_first = group * group_rows, b_last = std::min(s.vb, b_first + group_rows);
-    for (int e = 0; e < E; ++e) {
-      int lowest = std::numeric_limits<int>::max();
-      for (int b = b_first; b < b_last; ++b) lowest = std::min(lowest, s.shifts.y[std::size_t(b) * E + e] - g.min_sy);
-      const int first = lowest & ~1;
-      start[std::size_t(group) * E_pad + e] = first;
-      for (int b = b_first; b < b_last; ++b) {
-        const int rel = s.shifts.y[std::size_t(b) * E + e] - g.min_sy - first;
-        offset[std::size_t(b) * E_pad + e] = rel;
-        widest = std::max(widest, rel);
-      }
-    }
-  }
-  const int window = (16 + widest + 1) / 2 * 2;
-  if (window > max_window_rows) return false;
-  s.window_rows = window;
-  // Exposures 4 or 12 (mod 16) rows apart in shared memory: the four exposures one 8-byte load
-  // phase reads start 8 banks apart.
-  s.window_pitch = window;
-  while (s.window_pitch % 8 != 4) s.window_pitch += 2;
-  const int row_tiles = (s.region.height + 15) / 16;
-  s.row_span = (row_tiles * 16 + (g.max_sy - g.min_sy) + window + 1) / 2 * 2;
-  s.window_start.upload(start, s.stream);
-  s.row_in_window.upload(offset, s.stream);
+  RowWindows windows = plan_row_windows(s.shifts.y, s.vb, s.exposures, s.exposures_padded, group_rows, g.min_sy,
+                                        g.max_sy, s.region.height);
+  if (windows.rows > max_window_rows) return false;
+  s.window_rows = windows.rows;
+  s.window_pitch = windows.pitch;
+  s.row_span = windows.span;
+  s.window_start.upload(windows.start, s.stream);
+  s.row_in_window.upload(windows.offset, s.stream);
   s.row_route = true;
   return true;
 }
