@@ -322,8 +322,8 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
   const Shape shapes[] = {
       {12, 48, 40, 5, 7, 6, Region{0, 0, 48, 40}, nullptr, true},
       {45, 52, 61, 6, 9, 9, Region{3, 7, 44, 37}, "4", true},
-      {33, 36, 70, 3, 13, 12, Region{5, 2, 30, 66}, nullptr, true},
-      {20, 40, 40, 4, 3, 60, Region{0, 0, 40, 40}, nullptr, false},  // 30 px between rows b
+      {33, 50, 70, 3, 13, 12, Region{5, 2, 40, 66}, nullptr, true},
+      {20, 110, 110, 4, 3, 40, Region{0, 0, 110, 110}, nullptr, false},  // about 20 px between rows b
   };
   for (const Shape& shape : shapes) {
     SCOPED_TRACE("E " + std::to_string(shape.exposures) + ", " + std::to_string(shape.width) + " x " +

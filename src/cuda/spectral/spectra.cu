@@ -484,8 +484,7 @@ namespace shiftstack::cuda {
 bool plan_row_route(SpectralState& s, int group_rows, int max_window_rows) {
   s.row_route = false;
   const char* forced = std::getenv("SHIFTSTACK_TC_ROUTE");
-  // Planar by default until the row route has run on a GPU (it was written without one).
-  const std::string setting = forced ? forced : "planes";
+  const std::string setting = forced ? forced : "rows";
   require(setting == "rows" || setting == "planes", "SHIFTSTACK_TC_ROUTE must be rows or planes, not '" + setting + "'");
   // Integer shifts and the fused post-processing only: the fractional contraction and the top-k
   // lists (which read whole planes after cuFFT's 2-D inverse) stay on the planar route.
