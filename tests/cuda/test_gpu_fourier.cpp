@@ -350,6 +350,13 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
       EXPECT_GT(diagnostics_of(*engine).velocity_chunks, 1);
     }
     expect_agreement("cuda-tc", c, rows, tolerance_for("cuda-tc"));
+    // The row route's wgmma kernel (on request) computes the same products.
+    setenv("SHIFTSTACK_TC_KERNEL", "wgmma", 1);
+    auto wgmma_engine = make_engine("cuda-tc");
+    const SearchResult rows_wgmma = search(*wgmma_engine, c.stack, c.kit.bank, policy, shape.region);
+    unsetenv("SHIFTSTACK_TC_KERNEL");
+    EXPECT_EQ(diagnostics_of(*wgmma_engine).row_route, shape.row_route);
+    expect_agreement("cuda-tc wgmma", c, rows_wgmma, tolerance_for("cuda-tc"));
     setenv("SHIFTSTACK_TC_ROUTE", "planes", 1);
     const SearchResult planes = search(*engine, c.stack, c.kit.bank, policy, shape.region);
     unsetenv("SHIFTSTACK_TC_ROUTE");

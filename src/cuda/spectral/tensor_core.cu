@@ -498,6 +498,50 @@ struct RowLayout {
   }
 };
 
+// The row route's epilogue: the per-mx scales and 1 / nx, rows y of the region only, mx and its
+// mirror (store_both_channels_x); value(c, r, n, i) as in write_outputs.
+template <int kColumnTiles, class Value>
+__device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, int row0, int b, int a0, int group,
+                                                  int quad, Value value) {
+  if (b >= p.b_end) return;
+  const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + group + 8 * half;
+    if (row >= p.region_height) continue;
+#pragma unroll
+    for (int n = 0; n < kColumnTiles; ++n)
+#pragma unroll
+      for (int col = 0; col < 2; ++col) {
+        const int a = a0 + n * 8 + 2 * quad + col;
+        if (a >= p.va) continue;
+        const int i = 2 * half + col;
+        float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
+        store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row,
+                              make_float2(value(0, 0, n, i) * scale_psi, value(0, 1, n, i) * scale_psi),
+                              make_float2(value(1, 0, n, i) * scale_phi, value(1, 1, n, i) * scale_phi));
+      }
+  }
+}
+
+// One k16 step's A registers of a row-route warp: exposures q and q + 4 of the step, rows g and
+// g + 8 of the warp's 16 (window rows offset + g), as (psi real, psi imaginary, phi real, phi
+// imaginary) rows of the real block form.
+__device__ __forceinline__ void gather_row_operands(const unsigned char* windows, const std::int32_t* offsets,
+                                                    int window_pitch_bytes, int quad, int step,
+                                                    std::uint32_t (&operands)[4][4]) {
+  const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
+  const unsigned char* lo = windows + e_lo * window_pitch_bytes + offsets[e_lo] * 8;
+  const unsigned char* hi = windows + e_hi * window_pitch_bytes + offsets[e_hi] * 8;
+  const uint2 samples[4] = {*reinterpret_cast<const uint2*>(lo), *reinterpret_cast<const uint2*>(lo + 64),
+                            *reinterpret_cast<const uint2*>(hi), *reinterpret_cast<const uint2*>(hi + 64)};
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    block_pairs(samples[r].x, operands[0][r], operands[1][r]);
+    block_pairs(samples[r].y, operands[2][r], operands[3][r]);
+  }
+}
+
 template <int kColumnTiles>
 __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p) {
   using L = RowLayout<kColumnTiles>;
@@ -565,18 +609,8 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
     const unsigned char* windows = st + L::y_bytes + L::offset_bytes + group * 8;
 #pragma unroll
     for (int step = 0; step < kChunk / 8; ++step) {
-      // A registers 0-3: (row g, exposure q), (row g + 8, q), (row g, q + 4), (row g + 8, q + 4).
-      const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
-      const unsigned char* lo = windows + e_lo * window_pitch_bytes + offsets[e_lo] * 8;
-      const unsigned char* hi = windows + e_hi * window_pitch_bytes + offsets[e_hi] * 8;
-      const uint2 samples[4] = {*reinterpret_cast<const uint2*>(lo), *reinterpret_cast<const uint2*>(lo + 64),
-                                *reinterpret_cast<const uint2*>(hi), *reinterpret_cast<const uint2*>(hi + 64)};
       std::uint32_t operands[4][4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        block_pairs(samples[r].x, operands[0][r], operands[1][r]);
-        block_pairs(samples[r].y, operands[2][r], operands[3][r]);
-      }
+      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, operands);
       const unsigned char* ystep = st + step * 32;
 #pragma unroll
       for (int n = 0; n < kColumnTiles; n += 2) {
@@ -602,26 +636,119 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
     }
   }
 
-  // Epilogue: the per-mx scales and 1 / nx, rows y of the region only, mx and its mirror.
-  if (b >= p.b_end) return;
-  const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = row0 + group + 8 * half;
-    if (row >= p.region_height) continue;
-#pragma unroll
-    for (int n = 0; n < kColumnTiles; ++n)
-#pragma unroll
-      for (int col = 0; col < 2; ++col) {
-        const int a = a0 + n * 8 + 2 * quad + col;
-        if (a >= p.va) continue;
-        const int i = 2 * half + col;
-        float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
-        store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row,
-                              make_float2(acc[0][0][n][i] * scale_psi, acc[0][1][n][i] * scale_psi),
-                              make_float2(acc[1][0][n][i] * scale_phi, acc[1][1][n][i] * scale_phi));
-      }
+  write_row_outputs<kColumnTiles>(p, mx, row0, b, a0, group, quad,
+                                  [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
+}
+
+// The row route on wgmma: the CTA's warpgroup (4 rows b x 16 rows y = 64 rows) issues m64n72k16
+// products, A from registers (the gathered rows), B from shared memory in the canonical K-major
+// layout of contract_wgmma_kernel; loads two chunks ahead through kWgmmaStages stages.
+struct RowWgmmaLayout {
+  static constexpr int offset_bytes = kWarps * kShiftRowBytes;
+  __host__ __device__ static int stage_bytes(int pitch) {
+    return WgmmaLayout::y_bytes + offset_bytes + kChunk * pitch * 8;
   }
+  __host__ __device__ static int total_bytes(int pitch, int exposures_padded) {
+    return exposures_padded * 4 + kWgmmaStages * stage_bytes(pitch);
+  }
+};
+
+__global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int group = lane >> 2, quad = lane & 3;
+  const int tile = blockIdx.x;
+  const int row0 = (tile % p.row_tiles) * kRows;
+  const int b_cta = p.b_begin + (tile / p.row_tiles) * kWarps;
+  const int b = b_cta + warp;
+  const int a0 = blockIdx.y * kWgmmaColumns;
+  const int mx = blockIdx.z;
+  const int stage_bytes = RowWgmmaLayout::stage_bytes(p.window_pitch);
+
+  std::int32_t* starts = reinterpret_cast<std::int32_t*>(smem);
+  unsigned char* stages = smem + p.exposures_padded * 4;
+  const std::int32_t* group_starts = p.window_start + std::size_t(b_cta / kWarps) * p.exposures_padded;
+  for (int e = threadIdx.x; e < p.exposures_padded; e += kThreads) starts[e] = group_starts[e];
+  __syncthreads();
+
+  const int chunks = p.exposures_padded / kChunk;
+  const std::size_t E = p.exposures_padded;
+  const RowShare<kWgmmaColumns, 8, kThreads> x_rows;
+  const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
+  const int x_dst = (x_rows.row0 >> 3) * WgmmaLayout::group_bytes + x_rows.part * 128 + (x_rows.row0 & 7) * 16;
+  const RowShare<kWarps, 8, kThreads> offset_rows;
+  const std::int32_t* offset_src = p.row_in_window + std::size_t(b_cta + offset_rows.row0) * E + offset_rows.part * 4;
+  const int offset_dst = WgmmaLayout::y_bytes + offset_rows.row0 * kShiftRowBytes + offset_rows.part * 16;
+  const int copies_per_exposure = p.window_rows / 2, copies = kChunk * copies_per_exposure;
+  const uint2* rows_of_mx = p.half_rows + std::size_t(mx) * E * p.row_span + row0;
+  auto load_stage = [&](int chunk, int slot) {
+    unsigned char* st = stages + slot * stage_bytes;
+    const int e0 = chunk * kChunk;
+    x_rows.copy(st + x_dst, decltype(x_rows)::rows_per_pass / 8 * WgmmaLayout::group_bytes, x_src + e0,
+                decltype(x_rows)::rows_per_pass * E);
+    offset_rows.copy(st + offset_dst, 0, offset_src + e0, 0);
+    unsigned char* windows = st + WgmmaLayout::y_bytes + RowWgmmaLayout::offset_bytes;
+#pragma unroll
+    for (int k = 0; k < kMaxWindowCopies; ++k) {
+      const int c = int(threadIdx.x) + k * kThreads;
+      if (c < copies) {
+        const int e = c / copies_per_exposure, part = c - e * copies_per_exposure;
+        copy_async_16(windows + (e * p.window_pitch + 2 * part) * 8,
+                      rows_of_mx + std::size_t(e0 + e) * p.row_span + starts[e0 + e] + 2 * part);
+      }
+    }
+  };
+  for (int s = 0; s < kWgmmaStages - 2; ++s) {
+    if (s < chunks) load_stage(s, s);
+    copy_async_commit();
+  }
+
+  float acc[4][36];  // [channel * 2 + (real, imaginary)]
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int i = 0; i < 36; ++i) acc[k][i] = 0.0f;
+  std::uint32_t a[2][4][4];  // double-buffered A fragments
+  const int window_pitch_bytes = p.window_pitch * 8;
+  auto stage_at = [&](int chunk) { return stages + (chunk % kWgmmaStages) * stage_bytes; };
+  auto enter_chunk = [&](int chunk) {
+    copy_async_wait<kWgmmaStages - 3>();
+    fence_async_shared();
+    __syncthreads();
+    const int ahead = chunk + kWgmmaStages - 2;
+    if (ahead < chunks) load_stage(ahead, ahead % kWgmmaStages);
+    copy_async_commit();
+  };
+
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    enter_chunk(chunk);
+    const unsigned char* st = stage_at(chunk);
+    const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + WgmmaLayout::y_bytes) + warp * kChunk;
+    const unsigned char* windows = st + WgmmaLayout::y_bytes + RowWgmmaLayout::offset_bytes + group * 8;
+#pragma unroll
+    for (int step = 0; step < kChunk / 8; ++step) {
+      const int buffer = step & 1;  // kChunk / 8 is even: the parity carries across chunks
+      // The products that read this buffer two steps ago must be done before it is rewritten.
+      warpgroup_wait<1>();
+      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, a[buffer]);
+      const std::uint64_t desc = matrix_descriptor(st + step * 2 * 128, 128, WgmmaLayout::group_bytes);
+      warpgroup_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+#pragma unroll
+        for (int i = 0; i < 36; ++i) pin(acc[k][i]);
+        wgmma_64x72x16(acc[k], a[buffer][k], desc);
+      }
+      warpgroup_commit();
+    }
+  }
+  warpgroup_wait<0>();
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int i = 0; i < 36; ++i) pin(acc[k][i]);
+  write_row_outputs<9>(p, mx, row0, b, a0, group, quad,
+                       [&](int c, int r, int n, int i) { return acc[c * 2 + r][4 * n + i]; });
 }
 
 // --- fractional (bilinear) shifts ---------------------------------------------------------------
@@ -897,10 +1024,11 @@ class TensorCoreEngine final : public SpectralEngine {
     return {};
   }
   int row_granularity() const override { return tc::kWarps; }
-  // The row route runs on the mma.sync kernel: forcing a wgmma kernel keeps the planar route.
+  // The row route has mma.sync and one-warpgroup wgmma kernels: forcing wgmma-split keeps the
+  // planar route.
   int row_route_window_limit() const override {
     const char* forced = std::getenv("SHIFTSTACK_TC_KERNEL");
-    return forced && std::string(forced) != "mma" ? 0 : tc::kMaxWindowRows;
+    return forced && std::string(forced) == "wgmma-split" ? 0 : tc::kMaxWindowRows;
   }
 
   void prepare(SpectralState& s) override {
@@ -946,6 +1074,8 @@ class TensorCoreEngine final : public SpectralEngine {
   void contract(SpectralState& s, int b_begin, int b_end) override {
     if (s.fractional) {
       with_column_tiles([&]<int kTiles>() { launch_fractional<kTiles>(s, b_begin, b_end); });
+    } else if (s.row_route && use_wgmma_) {
+      launch_rows_wgmma(s, b_begin, b_end);
     } else if (s.row_route) {
       with_column_tiles([&]<int kTiles>() { launch_rows<kTiles>(s, b_begin, b_end); });
     } else if (use_wgmma_) {
@@ -1012,8 +1142,7 @@ class TensorCoreEngine final : public SpectralEngine {
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 
-  template <int kColumnTiles>
-  void launch_rows(SpectralState& s, int b_begin, int b_end) {
+  tc::RowParams row_params(SpectralState& s, int b_begin, int b_end) const {
     tc::RowParams p{};
     p.half_rows = s.half_spectra.get();
     p.scales = s.scales.get();
@@ -1035,6 +1164,25 @@ class TensorCoreEngine final : public SpectralEngine {
     p.b_end = b_end;
     p.norm = s.inverse_norm();
     p.out = s.velocity_spectra.get();
+    return p;
+  }
+
+  void launch_rows_wgmma(SpectralState& s, int b_begin, int b_end) {
+    const tc::RowParams p = row_params(s, b_begin, b_end);
+    const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
+    const int smem = tc::RowWgmmaLayout::total_bytes(p.window_pitch, p.exposures_padded);
+    require(smem <= kSharedBudget, "engine 'cuda-tc': the row route needs " + std::to_string(smem) +
+                                       " bytes of shared memory per CTA; set SHIFTSTACK_TC_ROUTE=planes");
+    SHIFTSTACK_CUDA_CHECK(
+        cudaFuncSetAttribute(tc::contract_rows_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const dim3 grid(unsigned(row_groups * p.row_tiles), unsigned(column_blocks_), unsigned(s.nxh()));
+    tc::contract_rows_wgmma_kernel<<<grid, tc::kThreads, smem, s.stream>>>(p);
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
+
+  template <int kColumnTiles>
+  void launch_rows(SpectralState& s, int b_begin, int b_end) {
+    const tc::RowParams p = row_params(s, b_begin, b_end);
     const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
     const int smem = tc::RowLayout<kColumnTiles>::total_bytes(p.window_pitch, p.exposures_padded);
     require(smem <= kSharedBudget, "engine 'cuda-tc': the row route needs " + std::to_string(smem) +
