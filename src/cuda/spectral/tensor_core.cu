@@ -207,6 +207,36 @@ __device__ __forceinline__ void form_operands(const StepInputs& in, std::uint32_
   form_channel_operands(in, 1, reinterpret_cast<std::uint32_t(&)[2][4]>(a[2]));
 }
 
+// One k16 step of the integer mma.sync kernels: both channels' real and imaginary rows
+// (operands[c * 2 + r]) against every n8 tile of the x table at ystep (ldmatrix rows ld_row,
+// ld_row_x2 for a last odd tile).
+template <int kColumnTiles>
+__device__ __forceinline__ void column_products(const unsigned char* ystep, int ld_row, int ld_row_x2,
+                                                const std::uint32_t (&operands)[4][4],
+                                                float (&acc)[2][2][kColumnTiles][4]) {
+#pragma unroll
+  for (int n = 0; n < kColumnTiles; n += 2) {
+    std::uint32_t b0, b1, b2 = 0, b3 = 0;
+    if (n + 1 < kColumnTiles) {
+      load_matrix_x4(b0, b1, b2, b3, ystep + n * 8 * kYRowBytes + ld_row);
+    } else {
+      load_matrix_x2(b0, b1, ystep + n * 8 * kYRowBytes + ld_row_x2);
+    }
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      mma_16x8x16(acc[c][0][n], operands[2 * c], b0, b1);
+      mma_16x8x16(acc[c][1][n], operands[2 * c + 1], b0, b1);
+    }
+    if (n + 1 < kColumnTiles) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        mma_16x8x16(acc[c][0][n + 1], operands[2 * c], b2, b3);
+        mma_16x8x16(acc[c][1][n + 1], operands[2 * c + 1], b2, b3);
+      }
+    }
+  }
+}
+
 // Scales the accumulators back and writes the velocity spectra (both channels at once, see
 // store_both_channels); value(c, r, n, i) reads the fragment element i of n8 tile n (real r = 0,
 // imaginary r = 1) of channel c.
@@ -431,27 +461,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
       std::uint32_t operands[4][4];
       form_operands(read_inputs(ys, step), operands);
       const unsigned char* ystep = ys + step * 32;  // 8 exposures = 32 bytes into each row
-#pragma unroll
-      for (int n = 0; n < kColumnTiles; n += 2) {
-        std::uint32_t b0, b1, b2 = 0, b3 = 0;
-        if (n + 1 < kColumnTiles) {
-          load_matrix_x4(b0, b1, b2, b3, ystep + n * 8 * kYRowBytes + ld_row);
-        } else {
-          load_matrix_x2(b0, b1, ystep + n * 8 * kYRowBytes + ld_row_x2);
-        }
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          mma_16x8x16(acc[c][0][n], operands[2 * c], b0, b1);
-          mma_16x8x16(acc[c][1][n], operands[2 * c + 1], b0, b1);
-        }
-        if (n + 1 < kColumnTiles) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            mma_16x8x16(acc[c][0][n + 1], operands[2 * c], b2, b3);
-            mma_16x8x16(acc[c][1][n + 1], operands[2 * c + 1], b2, b3);
-          }
-        }
-      }
+      column_products<kColumnTiles>(ystep, ld_row, ld_row_x2, operands, acc);
     }
   }
 
@@ -495,6 +505,32 @@ struct RowLayout {
   __host__ __device__ static int starts_bytes(int exposures_padded) { return exposures_padded * 4; }
   __host__ __device__ static int total_bytes(int pitch, int exposures_padded) {
     return starts_bytes(exposures_padded) + kStages * stage_bytes(pitch);
+  }
+};
+
+// The windows of one stage: kChunk exposures of window_rows / 2 copies of two rows each, dealt
+// out to the CTA's threads in turn; starts = the group's window starts in shared memory.
+struct RowWindowCopies {
+  const RowParams& p;
+  const std::int32_t* starts;
+  const uint2* rows_of_mx;  // the tile's first row of exposure 0 at this mx
+  int copies_per_exposure, copies;
+  __device__ RowWindowCopies(const RowParams& params, int mx, int row0, const std::int32_t* group_starts)
+      : p(params),
+        starts(group_starts),
+        rows_of_mx(params.half_rows + std::size_t(mx) * params.exposures_padded * params.row_span + row0),
+        copies_per_exposure(params.window_rows / 2),
+        copies(kChunk * (params.window_rows / 2)) {}
+  __device__ __forceinline__ void copy(unsigned char* windows, int e0) const {
+#pragma unroll
+    for (int k = 0; k < kMaxWindowCopies; ++k) {
+      const int c = int(threadIdx.x) + k * kThreads;
+      if (c < copies) {
+        const int e = c / copies_per_exposure, part = c - e * copies_per_exposure;
+        copy_async_16(windows + (e * p.window_pitch + 2 * part) * 8,
+                      rows_of_mx + std::size_t(e0 + e) * p.row_span + starts[e0 + e] + 2 * part);
+      }
+    }
   }
 };
 
@@ -572,8 +608,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   const std::int32_t* offset_src = p.row_in_window + std::size_t(b_cta + offset_rows.row0) * E + offset_rows.part * 4;
   const int offset_dst = L::y_bytes + offset_rows.row0 * kShiftRowBytes + offset_rows.part * 16;
   // The windows: kChunk exposures of window_rows / 2 copies of two rows each, dealt out in turn.
-  const int copies_per_exposure = p.window_rows / 2, copies = kChunk * copies_per_exposure;
-  const uint2* rows_of_mx = p.half_rows + std::size_t(mx) * E * p.row_span + row0;
+  const RowWindowCopies window_copies(p, mx, row0, starts);
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * stage_bytes;
     const int e0 = chunk * kChunk;
@@ -581,15 +616,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
                 decltype(x_rows)::rows_per_pass * E);
     offset_rows.copy(st + offset_dst, 0, offset_src + e0, 0);
     unsigned char* windows = st + L::y_bytes + L::offset_bytes;
-#pragma unroll
-    for (int k = 0; k < kMaxWindowCopies; ++k) {
-      const int c = int(threadIdx.x) + k * kThreads;
-      if (c < copies) {
-        const int e = c / copies_per_exposure, part = c - e * copies_per_exposure;
-        copy_async_16(windows + (e * p.window_pitch + 2 * part) * 8,
-                      rows_of_mx + std::size_t(e0 + e) * p.row_span + starts[e0 + e] + 2 * part);
-      }
-    }
+    window_copies.copy(windows, e0);
   };
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < chunks) load_stage(s, s);
@@ -612,27 +639,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
       std::uint32_t operands[4][4];
       gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, operands);
       const unsigned char* ystep = st + step * 32;
-#pragma unroll
-      for (int n = 0; n < kColumnTiles; n += 2) {
-        std::uint32_t b0, b1, b2 = 0, b3 = 0;
-        if (n + 1 < kColumnTiles) {
-          load_matrix_x4(b0, b1, b2, b3, ystep + n * 8 * kYRowBytes + ld_row);
-        } else {
-          load_matrix_x2(b0, b1, ystep + n * 8 * kYRowBytes + ld_row_x2);
-        }
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          mma_16x8x16(acc[c][0][n], operands[2 * c], b0, b1);
-          mma_16x8x16(acc[c][1][n], operands[2 * c + 1], b0, b1);
-        }
-        if (n + 1 < kColumnTiles) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            mma_16x8x16(acc[c][0][n + 1], operands[2 * c], b2, b3);
-            mma_16x8x16(acc[c][1][n + 1], operands[2 * c + 1], b2, b3);
-          }
-        }
-      }
+      column_products<kColumnTiles>(ystep, ld_row, ld_row_x2, operands, acc);
     }
   }
 
@@ -679,8 +686,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
   const RowShare<kWarps, 8, kThreads> offset_rows;
   const std::int32_t* offset_src = p.row_in_window + std::size_t(b_cta + offset_rows.row0) * E + offset_rows.part * 4;
   const int offset_dst = WgmmaLayout::y_bytes + offset_rows.row0 * kShiftRowBytes + offset_rows.part * 16;
-  const int copies_per_exposure = p.window_rows / 2, copies = kChunk * copies_per_exposure;
-  const uint2* rows_of_mx = p.half_rows + std::size_t(mx) * E * p.row_span + row0;
+  const RowWindowCopies window_copies(p, mx, row0, starts);
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * stage_bytes;
     const int e0 = chunk * kChunk;
@@ -688,15 +694,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
                 decltype(x_rows)::rows_per_pass * E);
     offset_rows.copy(st + offset_dst, 0, offset_src + e0, 0);
     unsigned char* windows = st + WgmmaLayout::y_bytes + RowWgmmaLayout::offset_bytes;
-#pragma unroll
-    for (int k = 0; k < kMaxWindowCopies; ++k) {
-      const int c = int(threadIdx.x) + k * kThreads;
-      if (c < copies) {
-        const int e = c / copies_per_exposure, part = c - e * copies_per_exposure;
-        copy_async_16(windows + (e * p.window_pitch + 2 * part) * 8,
-                      rows_of_mx + std::size_t(e0 + e) * p.row_span + starts[e0 + e] + 2 * part);
-      }
-    }
+    window_copies.copy(windows, e0);
   };
   for (int s = 0; s < kWgmmaStages - 2; ++s) {
     if (s < chunks) load_stage(s, s);
