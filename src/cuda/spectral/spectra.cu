@@ -136,8 +136,7 @@ __global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int
     float psi = 0, phi = 0;
     bool informative = false;
     if (x < in.width && y < in.height) decode_sample(in, e, x, y, psi, phi, informative);
-    psi_tile[j][tx] = psi;
-    phi_tile[j][tx] = phi;
+    if (!RowsAlongX) psi_tile[j][tx] = psi, phi_tile[j][tx] = phi;  // the transposed writes read them
     flag_tile[j][tx] = informative;
     if (informative) smallest = fminf(smallest, phi), largest = fmaxf(largest, phi);
     if (RowsAlongX && x < nx && y < ny) {

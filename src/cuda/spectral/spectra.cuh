@@ -205,7 +205,7 @@ struct SpectralState {
   bool fused_scoring = false;
   DeviceArray<std::int32_t> x_positions;  // fused: where input row mx sits before the in-place stages
   // Row route (cuda-tc, integer shifts, fused post-processing; plan_row_route): no transform along
-  // y, so no inverse along y either. A CTA of the contraction takes kRowGroup consecutive rows b and
+  // y, so no inverse along y either. A CTA of the contraction takes a group of consecutive rows b and
   // 16 region rows; per exposure it copies one window of window_rows rows of half_spectra, starting
   // window_start[group][e] rows into its tile, and each row b reads from row_in_window[b][e] on.
   bool row_route = false;

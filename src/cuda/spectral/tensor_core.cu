@@ -1165,32 +1165,27 @@ class TensorCoreEngine final : public SpectralEngine {
     return p;
   }
 
-  void launch_rows_wgmma(SpectralState& s, int b_begin, int b_end) {
+  // One of the row kernels over the chunk's groups of rows b, row tiles and mx <= nx / 2.
+  template <class Kernel>
+  void launch_row_kernel(Kernel kernel, int smem, SpectralState& s, int b_begin, int b_end) {
     const tc::RowParams p = row_params(s, b_begin, b_end);
-    const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
-    const int smem = tc::RowWgmmaLayout::total_bytes(p.window_pitch, p.exposures_padded);
-    require(smem <= kSharedBudget, "engine 'cuda-tc': the row route needs " + std::to_string(smem) +
-                                       " bytes of shared memory per CTA; set SHIFTSTACK_TC_ROUTE=planes");
-    SHIFTSTACK_CUDA_CHECK(
-        cudaFuncSetAttribute(tc::contract_rows_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    const dim3 grid(unsigned(row_groups * p.row_tiles), unsigned(column_blocks_), unsigned(s.nxh()));
-    tc::contract_rows_wgmma_kernel<<<grid, tc::kThreads, smem, s.stream>>>(p);
-    SHIFTSTACK_CUDA_CHECK_LAUNCH();
-  }
-
-  template <int kColumnTiles>
-  void launch_rows(SpectralState& s, int b_begin, int b_end) {
-    const tc::RowParams p = row_params(s, b_begin, b_end);
-    const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
-    const int smem = tc::RowLayout<kColumnTiles>::total_bytes(p.window_pitch, p.exposures_padded);
     require(smem <= kSharedBudget, "engine 'cuda-tc': the row route needs " + std::to_string(smem) +
                                        " bytes of shared memory per CTA (window starts of " +
                                        std::to_string(p.exposures_padded) + " exposures); set SHIFTSTACK_TC_ROUTE=planes");
-    SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(tc::contract_rows_kernel<kColumnTiles>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
     const dim3 grid(unsigned(row_groups * p.row_tiles), unsigned(column_blocks_), unsigned(s.nxh()));
-    tc::contract_rows_kernel<kColumnTiles><<<grid, tc::kThreads, smem, s.stream>>>(p);
+    kernel<<<grid, tc::kThreads, smem, s.stream>>>(p);
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  }
+  void launch_rows_wgmma(SpectralState& s, int b_begin, int b_end) {
+    launch_row_kernel(tc::contract_rows_wgmma_kernel,
+                      tc::RowWgmmaLayout::total_bytes(s.window_pitch, s.exposures_padded), s, b_begin, b_end);
+  }
+  template <int kColumnTiles>
+  void launch_rows(SpectralState& s, int b_begin, int b_end) {
+    launch_row_kernel(tc::contract_rows_kernel<kColumnTiles>,
+                      tc::RowLayout<kColumnTiles>::total_bytes(s.window_pitch, s.exposures_padded), s, b_begin, b_end);
   }
 
   // Calls launch.operator()<column_tiles_>() (kernels are instantiated for 1 to 9 n8 tiles).
