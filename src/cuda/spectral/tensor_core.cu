@@ -160,6 +160,16 @@ __device__ __forceinline__ void zero_accumulators(float (&acc)[2][2][kColumnTile
         for (int i = 0; i < 4; ++i) acc[c][r][n][i] = 0.0f;
 }
 
+// Starts a cp.async pipeline: the first kAhead chunks into slots 0 .. kAhead - 1, one commit
+// group each (empty past the last chunk, so that the waits count the same groups).
+template <int kAhead, class LoadStage>
+__device__ __forceinline__ void prime_pipeline(int chunks, LoadStage& load_stage) {
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < chunks) load_stage(s, s);
+    copy_async_commit();
+  }
+}
+
 // One step of a cp.async pipeline of kStageCount stages: waits for chunk `chunk`'s stage, then
 // starts loading the chunk kStageCount - 1 ahead into the slot the last iteration finished with.
 template <int kStageCount, class LoadStage>
@@ -305,10 +315,7 @@ __global__ void __launch_bounds__(kSplit ? 2 * kThreads : kThreads, 2) contract_
                 decltype(x_rows)::rows_per_pass * E);
     spectrum_shift_copies.copy(st, e0);
   };
-  for (int s = 0; s < kWgmmaStages - 2; ++s) {
-    if (s < chunks) load_stage(s, s);
-    copy_async_commit();
-  }
+  prime_pipeline<kWgmmaStages - 2>(chunks, load_stage);
 
   float acc[kProducts][36];  // [channel * 2 + (real, imaginary)] (own channel only when split)
 #pragma unroll
@@ -429,10 +436,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
     spectrum_shift_copies.copy(st, e0);
   };
 
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < chunks) load_stage(s, s);
-    copy_async_commit();
-  }
+  prime_pipeline<kStages - 1>(chunks, load_stage);
 
   float acc[2][2][kColumnTiles][4];  // [channel][real, imaginary][n8 tile][fragment]
   zero_accumulators(acc);
@@ -618,10 +622,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
     unsigned char* windows = st + L::y_bytes + L::offset_bytes;
     window_copies.copy(windows, e0);
   };
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < chunks) load_stage(s, s);
-    copy_async_commit();
-  }
+  prime_pipeline<kStages - 1>(chunks, load_stage);
 
   float acc[2][2][kColumnTiles][4];  // [channel][real, imaginary][n8 tile][fragment]
   zero_accumulators(acc);
@@ -696,10 +697,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
     unsigned char* windows = st + WgmmaLayout::y_bytes + RowWgmmaLayout::offset_bytes;
     window_copies.copy(windows, e0);
   };
-  for (int s = 0; s < kWgmmaStages - 2; ++s) {
-    if (s < chunks) load_stage(s, s);
-    copy_async_commit();
-  }
+  prime_pipeline<kWgmmaStages - 2>(chunks, load_stage);
 
   float acc[4][36];  // [channel * 2 + (real, imaginary)]
 #pragma unroll
@@ -891,10 +889,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_fractional_kernel(Fracti
     shift_rows.copy(st + shift_dst + L::shift_bytes, 0, fp.frac_y_rel + shift_at + e0, 0);
   };
 
-  for (int s = 0; s < kFracStages - 1; ++s) {
-    if (s < chunks) load_stage(s, s);
-    copy_async_commit();
-  }
+  prime_pipeline<kFracStages - 1>(chunks, load_stage);
 
   float acc[2][2][kColumnTiles][4];  // [A, B][real, imaginary][n8 tile][fragment]
   zero_accumulators(acc);
