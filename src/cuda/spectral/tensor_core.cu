@@ -512,20 +512,35 @@ struct RowLayout {
   }
 };
 
-// The windows of one stage: kChunk exposures of window_rows / 2 copies of two rows each, dealt
-// out to the CTA's threads in turn; starts = the group's window starts in shared memory.
+// The row-route part of one stage: the CTA's rows b of row_in_window (kWarps rows of kChunk
+// offsets, at offsets_at into the stage) and the windows (kChunk exposures of window_rows / 2
+// copies of two rows each, dealt out to the threads in turn, at windows_at). Loads the group's
+// window starts into shared memory at `starts` first (every copy needs one).
 struct RowWindowCopies {
   const RowParams& p;
   const std::int32_t* starts;
   const uint2* rows_of_mx;  // the tile's first row of exposure 0 at this mx
   int copies_per_exposure, copies;
-  __device__ RowWindowCopies(const RowParams& params, int mx, int row0, const std::int32_t* group_starts)
+  RowShare<kWarps, 8, kThreads> offset_rows;
+  const std::int32_t* offset_src;
+  int offset_dst, windows_at;
+  __device__ RowWindowCopies(const RowParams& params, int mx, int row0, int b_cta, std::int32_t* group_starts,
+                             int offsets_at, int windows_offset)
       : p(params),
         starts(group_starts),
         rows_of_mx(params.half_rows + std::size_t(mx) * params.exposures_padded * params.row_span + row0),
         copies_per_exposure(params.window_rows / 2),
-        copies(kChunk * (params.window_rows / 2)) {}
-  __device__ __forceinline__ void copy(unsigned char* windows, int e0) const {
+        copies(kChunk * (params.window_rows / 2)),
+        windows_at(windows_offset) {
+    offset_src = p.row_in_window + std::size_t(b_cta + offset_rows.row0) * p.exposures_padded + offset_rows.part * 4;
+    offset_dst = offsets_at + offset_rows.row0 * kShiftRowBytes + offset_rows.part * 16;
+    const std::int32_t* source = p.window_start + std::size_t(b_cta / kWarps) * p.exposures_padded;
+    for (int e = threadIdx.x; e < p.exposures_padded; e += kThreads) group_starts[e] = source[e];
+    __syncthreads();
+  }
+  __device__ __forceinline__ void copy(unsigned char* stage, int e0) const {
+    offset_rows.copy(stage + offset_dst, 0, offset_src + e0, 0);
+    unsigned char* windows = stage + windows_at;
 #pragma unroll
     for (int k = 0; k < kMaxWindowCopies; ++k) {
       const int c = int(threadIdx.x) + k * kThreads;
@@ -596,31 +611,21 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   const int mx = blockIdx.z;
   const int stage_bytes = L::stage_bytes(p.window_pitch);
 
-  // The group's window starts for every exposure, before the first copies need them.
-  std::int32_t* starts = reinterpret_cast<std::int32_t*>(smem);
+  // The group's window starts for every exposure first, then the stages.
   unsigned char* stages = smem + L::starts_bytes(p.exposures_padded);
-  const std::int32_t* group_starts = p.window_start + std::size_t(b_cta / kWarps) * p.exposures_padded;
-  for (int e = threadIdx.x; e < p.exposures_padded; e += kThreads) starts[e] = group_starts[e];
-  __syncthreads();
-
+  const RowWindowCopies window_copies(p, mx, row0, b_cta, reinterpret_cast<std::int32_t*>(smem), L::y_bytes,
+                                      L::y_bytes + L::offset_bytes);
   const int chunks = p.exposures_padded / kChunk;
   const std::size_t E = p.exposures_padded;
   const RowShare<kColumnTiles * 8, 8, kThreads> x_rows;
   const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
   const int x_dst = x_rows.row0 * kYRowBytes + x_rows.part * 16;
-  const RowShare<kWarps, 8, kThreads> offset_rows;
-  const std::int32_t* offset_src = p.row_in_window + std::size_t(b_cta + offset_rows.row0) * E + offset_rows.part * 4;
-  const int offset_dst = L::y_bytes + offset_rows.row0 * kShiftRowBytes + offset_rows.part * 16;
-  // The windows: kChunk exposures of window_rows / 2 copies of two rows each, dealt out in turn.
-  const RowWindowCopies window_copies(p, mx, row0, starts);
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * stage_bytes;
     const int e0 = chunk * kChunk;
     x_rows.copy(st + x_dst, decltype(x_rows)::rows_per_pass * kYRowBytes, x_src + e0,
                 decltype(x_rows)::rows_per_pass * E);
-    offset_rows.copy(st + offset_dst, 0, offset_src + e0, 0);
-    unsigned char* windows = st + L::y_bytes + L::offset_bytes;
-    window_copies.copy(windows, e0);
+    window_copies.copy(st, e0);
   };
   prime_pipeline<kStages - 1>(chunks, load_stage);
 
@@ -673,29 +678,20 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
   const int mx = blockIdx.z;
   const int stage_bytes = RowWgmmaLayout::stage_bytes(p.window_pitch);
 
-  std::int32_t* starts = reinterpret_cast<std::int32_t*>(smem);
   unsigned char* stages = smem + p.exposures_padded * 4;
-  const std::int32_t* group_starts = p.window_start + std::size_t(b_cta / kWarps) * p.exposures_padded;
-  for (int e = threadIdx.x; e < p.exposures_padded; e += kThreads) starts[e] = group_starts[e];
-  __syncthreads();
-
+  const RowWindowCopies window_copies(p, mx, row0, b_cta, reinterpret_cast<std::int32_t*>(smem), WgmmaLayout::y_bytes,
+                                      WgmmaLayout::y_bytes + RowWgmmaLayout::offset_bytes);
   const int chunks = p.exposures_padded / kChunk;
   const std::size_t E = p.exposures_padded;
   const RowShare<kWgmmaColumns, 8, kThreads> x_rows;
   const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
   const int x_dst = (x_rows.row0 >> 3) * WgmmaLayout::group_bytes + x_rows.part * 128 + (x_rows.row0 & 7) * 16;
-  const RowShare<kWarps, 8, kThreads> offset_rows;
-  const std::int32_t* offset_src = p.row_in_window + std::size_t(b_cta + offset_rows.row0) * E + offset_rows.part * 4;
-  const int offset_dst = WgmmaLayout::y_bytes + offset_rows.row0 * kShiftRowBytes + offset_rows.part * 16;
-  const RowWindowCopies window_copies(p, mx, row0, starts);
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * stage_bytes;
     const int e0 = chunk * kChunk;
     x_rows.copy(st + x_dst, decltype(x_rows)::rows_per_pass / 8 * WgmmaLayout::group_bytes, x_src + e0,
                 decltype(x_rows)::rows_per_pass * E);
-    offset_rows.copy(st + offset_dst, 0, offset_src + e0, 0);
-    unsigned char* windows = st + WgmmaLayout::y_bytes + RowWgmmaLayout::offset_bytes;
-    window_copies.copy(windows, e0);
+    window_copies.copy(st, e0);
   };
   prime_pipeline<kWgmmaStages - 2>(chunks, load_stage);
 
