@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "axis_fft.cuh"
 #include "row_windows.hpp"
 #include "spectra.cuh"
 #include "cuda/common/warp_mma.cuh"
@@ -49,13 +50,6 @@ void FftPlan::make(int nx, int ny, int batch, FftShape shape, cudaStream_t strea
     case FftShape::inverse_y_lines:
       SHIFTSTACK_CUFFT_CHECK(cufftPlanMany(&handle_, 1, &ny, nullptr, 1, ny, nullptr, 1, ny, CUFFT_C2C, batch));
       break;
-    case FftShape::forward_x_lines: {
-      const int nxh = nx / 2 + 1;
-      int line[1] = {nx}, real_line[1] = {2 * nxh}, complex_line[1] = {nxh};
-      SHIFTSTACK_CUFFT_CHECK(
-          cufftPlanMany(&handle_, 1, line, real_line, 1, 2 * nxh, complex_line, 1, nxh, CUFFT_R2C, batch));
-      break;
-    }
   }
   SHIFTSTACK_CUFFT_CHECK(cufftSetStream(handle_, stream));
   made_ = true;
@@ -118,14 +112,37 @@ namespace {
 constexpr int kTile = 32;      // transpose tiles: 32 x 32 pixels, kTile x kTileRows threads
 constexpr int kTileRows = 8;
 
-// Reads 32 x 32 pixel tiles along x, writes the padded planes [c][e][x][y] along y (transposed;
-// RowsAlongX: the row route's [c][e][y][x], as read), the bitmap words, and the smallest and
-// largest positive weighted phi (floor_bits[0], [1]). Grid: (y tiles of ny, x tiles of nx, E);
-// the row route passes the image height as ny (no padding along y).
-template <bool RowsAlongX>
-__global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int ny, int pitch,
-                                     float* planes, std::uint32_t* informative_bits,
-                                     int words_per_column, unsigned int* floor_bits) {
+// The block's smallest and largest positive weighted phi (each thread's own so far) into
+// floor_bits[0], [1]. One update per block, and only where it improves what is already there:
+// every warp's atomic on these two words (660,000 of each on dense) serialised in the L2 and took
+// the decode from about 0.3 to 1.13 ms. The values only ever decrease (smallest) and increase
+// (largest), so a stale read can only let a needless update through. Positive floats order like
+// their bit patterns. Every thread of the block calls it (it has a barrier).
+__device__ void publish_phi_range(float smallest, float largest, unsigned int* floor_bits) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    smallest = fminf(smallest, __shfl_xor_sync(0xffffffffu, smallest, offset));
+    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+  }
+  __shared__ float warp_smallest[32], warp_largest[32];
+  const int thread = threadIdx.x + threadIdx.y * blockDim.x, warp = thread >> 5;
+  const int warps = (blockDim.x * blockDim.y + 31) >> 5;
+  if ((thread & 31) == 0) warp_smallest[warp] = smallest, warp_largest[warp] = largest;
+  __syncthreads();
+  if (thread == 0) {
+    for (int w = 1; w < warps; ++w) smallest = fminf(smallest, warp_smallest[w]), largest = fmaxf(largest, warp_largest[w]);
+    const volatile unsigned int* current = floor_bits;
+    if (smallest < __int_as_float(0x7f800000) && __float_as_uint(smallest) < current[0])
+      atomicMin(floor_bits, __float_as_uint(smallest));
+    if (largest > 0 && __float_as_uint(largest) > current[1]) atomicMax(floor_bits + 1, __float_as_uint(largest));
+  }
+}
+
+// Reads 32 x 32 pixel tiles along x, writes the padded planes [c][e][x][y] along y (transposed),
+// the bitmap words, and the smallest and largest positive weighted phi (floor_bits[0], [1]).
+// Grid: (y tiles of ny, x tiles of nx, E).
+__global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int ny, int pitch, float* planes,
+                                     std::uint32_t* informative_bits, int words_per_column,
+                                     unsigned int* floor_bits) {
   __shared__ float psi_tile[kTile][kTile + 1], phi_tile[kTile][kTile + 1];
   __shared__ unsigned char flag_tile[kTile][kTile + 1];
   const int e = blockIdx.z, x0 = blockIdx.y * kTile, y0 = blockIdx.x * kTile;
@@ -136,20 +153,15 @@ __global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int
     float psi = 0, phi = 0;
     bool informative = false;
     if (x < in.width && y < in.height) decode_sample(in, e, x, y, psi, phi, informative);
-    if (!RowsAlongX) psi_tile[j][tx] = psi, phi_tile[j][tx] = phi;  // the transposed writes read them
+    psi_tile[j][tx] = psi, phi_tile[j][tx] = phi;
     flag_tile[j][tx] = informative;
     if (informative) smallest = fminf(smallest, phi), largest = fmaxf(largest, phi);
-    if (RowsAlongX && x < nx && y < ny) {
-      const std::size_t plane = std::size_t(ny) * pitch, at = std::size_t(e) * plane + std::size_t(y) * pitch + x;
-      planes[at] = psi;
-      planes[std::size_t(exposures) * plane + at] = phi;
-    }
   }
   __syncthreads();
   const std::size_t plane = std::size_t(nx) * pitch;
   for (int i = ty; i < kTile; i += blockDim.y) {
     const int x = x0 + i, y = y0 + tx;
-    if (!RowsAlongX && x < nx && y < ny) {
+    if (x < nx && y < ny) {
       const std::size_t at = std::size_t(e) * plane + std::size_t(x) * pitch + y;
       planes[at] = psi_tile[tx][i];
       planes[std::size_t(exposures) * plane + at] = phi_tile[tx][i];
@@ -158,26 +170,107 @@ __global__ void decode_planes_kernel(DecodeInputs in, int exposures, int nx, int
     if (tx == 0 && x < in.width && y0 < in.height)
       informative_bits[(std::size_t(e) * in.width + x) * words_per_column + y0 / kTile] = word;
   }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    smallest = fminf(smallest, __shfl_xor_sync(0xffffffffu, smallest, offset));
-    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+  publish_phi_range(smallest, largest, floor_bits);
+}
+
+// Bytes of one encoded (psi, phi) sample.
+__device__ inline int payload_sample_bytes(Encoding encoding) {
+  return encoding == Encoding::fp32 ? 8 : encoding == Encoding::fp16 ? 4 : 2;
+}
+
+// Row route, the whole forward half in one pass per (exposure e, 32 image rows y0..): decode the
+// rows (the bitmap words and the phi range as decode_planes_kernel), put z = psi + i phi of each
+// row, zero-padded to nx, into the block's 32 lines, transform them along x, split the two real
+// channels (Psi[k] = (Z[k] + conj Z[-k]) / 2, Phi[k] = (Z[k] - conj Z[-k]) / 2i), and write
+// [c][mx][e][y] for mx < nxh, with the largest |spectrum|^2 per (c, mx) into scale_bits (atomicMax
+// on the bits, only where it improves). One complex transform serves both channels, and neither
+// the padded rows nor the spectra are written and read back, as with decode + cuFFT + a scale pass.
+// Block: kForwardWarps warps; dynamic shared memory forward_rows_bytes(nx).
+constexpr int kForwardWarps = 8;
+constexpr int kForwardTile = 64;  // x values per load step: two per lane and row
+__global__ void __launch_bounds__(32 * kForwardWarps)
+    forward_rows_kernel(DecodeInputs in, AxisInverse fft, int exposures, float2* spectra,
+                        std::uint32_t* informative_bits, int words_per_column, unsigned int* floor_bits,
+                        unsigned int* scale_bits) {
+  extern __shared__ float2 lines[];  // [nx][32], then the roots [nx], then the scale maxima [2][nxh]
+  float2* roots = lines + std::size_t(fft.n) * 32;
+  const int nxh = fft.n / 2 + 1;
+  float* largest_squares = reinterpret_cast<float*>(roots + fft.n);
+  __shared__ float2 tile[kTile][kForwardTile + 1];  // [row][x]: conj z, read along rows
+  __shared__ unsigned char flag_tile[kTile][kForwardTile + 1];
+  const int e = blockIdx.y, y0 = blockIdx.x * kTile;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // The block's rows are one contiguous run of the payload: ask the L2 for all of it at once, so
+  // that the load steps below wait on the L2 rather than each on its own trip to memory (one
+  // step's loads alone were too few to cover that latency).
+  {
+    const int rows = min(kTile, in.height - y0);
+    const std::size_t sample = payload_sample_bytes(in.encoding);
+    const unsigned char* first = in.payload + (std::size_t(e) * in.height + y0) * in.width * sample;
+    const std::size_t bytes = std::size_t(rows) * in.width * sample;
+    for (std::size_t at = std::size_t(threadIdx.x) * 128; at < bytes; at += std::size_t(blockDim.x) * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(first + at));
   }
-  // One update per block, and only where it improves what is already there: every warp's atomic
-  // on these two words (660,000 of each on dense) serialised in the L2 and took this kernel from
-  // about 0.3 to 1.13 ms. The values only ever decrease (smallest) and increase (largest), so a
-  // stale read can only let a needless update through. Positive floats order like their bit patterns.
-  __shared__ float warp_smallest[kTileRows], warp_largest[kTileRows];
-  if (tx == 0) warp_smallest[ty] = smallest, warp_largest[ty] = largest;
+  for (int m = threadIdx.x; m < fft.n; m += blockDim.x) roots[m] = __ldg(fft.roots + m);
+  float smallest = __int_as_float(0x7f800000), largest = 0;  // +inf, 0
+  for (int x0 = 0; x0 < fft.n; x0 += kForwardTile) {
+    // Rows read along x (lanes), into the tile; then each lane takes one row (line) and the
+    // warps the tile's columns, so that the digit-reversed line writes do not share a bank.
+    for (int j = warp; j < kTile; j += kForwardWarps) {
+#pragma unroll
+      for (int half = 0; half < kForwardTile / 32; ++half) {
+        const int x = x0 + half * 32 + lane, y = y0 + j;
+        float psi = 0, phi = 0;
+        bool informative = false;
+        if (x < in.width && y < in.height) decode_sample(in, e, x, y, psi, phi, informative);
+        tile[j][half * 32 + lane] = make_float2(psi, -phi);
+        flag_tile[j][half * 32 + lane] = informative;
+        if (informative) smallest = fminf(smallest, phi), largest = fmaxf(largest, phi);
+      }
+    }
+    __syncthreads();
+    for (int i = warp; i < kForwardTile; i += kForwardWarps) {
+      const int x = x0 + i;
+      if (x < fft.n) lines[__ldg(fft.positions + x) * 32 + lane] = tile[lane][i];
+      const unsigned word = __ballot_sync(0xffffffffu, flag_tile[lane][i] != 0);
+      if (lane == 0 && x < in.width && y0 < in.height)
+        informative_bits[(std::size_t(e) * in.width + x) * words_per_column + y0 / kTile] = word;
+    }
+    __syncthreads();
+  }
+  publish_phi_range(smallest, largest, floor_bits);  // its barrier also orders the line writes
+  inverse_along_x(fft, lines, roots);  // of conj z; ends with a barrier
+  // lines[k] = conj Z[k]: Psi = (conj L[k] + L[-k]) / 2, Phi = -i (conj L[k] - L[-k]) / 2.
+  const int y = y0 + lane;
+  const bool inside = y < in.height;
+  const std::size_t lines_per_channel = std::size_t(nxh) * exposures * in.height;
+  for (int mx = warp; mx < nxh; mx += kForwardWarps) {
+    const float2 l = lines[mx * 32 + lane], m = lines[(mx == 0 ? 0 : fft.n - mx) * 32 + lane];
+    const float2 psi = make_float2(0.5f * (l.x + m.x), 0.5f * (m.y - l.y));
+    const float2 phi = make_float2(-0.5f * (l.y + m.y), 0.5f * (m.x - l.x));
+    if (inside) {
+      const std::size_t at = (std::size_t(mx) * exposures + e) * in.height + y;
+      spectra[at] = psi;
+      spectra[lines_per_channel + at] = phi;
+    }
+    float psi_largest = inside ? psi.x * psi.x + psi.y * psi.y : 0.0f;
+    float phi_largest = inside ? phi.x * phi.x + phi.y * phi.y : 0.0f;
+    for (int offset = 16; offset > 0; offset /= 2) {
+      psi_largest = fmaxf(psi_largest, __shfl_xor_sync(0xffffffffu, psi_largest, offset));
+      phi_largest = fmaxf(phi_largest, __shfl_xor_sync(0xffffffffu, phi_largest, offset));
+    }
+    if (lane == 0) largest_squares[mx] = psi_largest, largest_squares[nxh + mx] = phi_largest;
+  }
+  // The block's maxima to the global ones together, not one L2 round trip per warp iteration.
   __syncthreads();
-  if (ty == 0 && tx == 0) {
-    for (int w = 1; w < kTileRows; ++w)
-      smallest = fminf(smallest, warp_smallest[w]), largest = fmaxf(largest, warp_largest[w]);
-    const volatile unsigned int* current = floor_bits;
-    if (smallest < __int_as_float(0x7f800000) && __float_as_uint(smallest) < current[0])
-      atomicMin(floor_bits, __float_as_uint(smallest));
-    if (largest > 0 && __float_as_uint(largest) > current[1]) atomicMax(floor_bits + 1, __float_as_uint(largest));
+  for (int i = threadIdx.x; i < 2 * nxh; i += blockDim.x) {
+    const float value = largest_squares[i];
+    if (value > 0 && __float_as_uint(value) > *reinterpret_cast<volatile unsigned int*>(scale_bits + i))
+      atomicMax(scale_bits + i, __float_as_uint(value));
   }
 }
+
+std::size_t forward_rows_bytes(int nx) { return std::size_t(nx) * 33 * sizeof(float2) + std::size_t(nx / 2 + 1) * 2 * sizeof(float); }
 
 // Fractional shifts: the covariance channels of the bilinear variance (SPEC 2), weighted by
 // phi_weight, each nonzero only where both samples of its pair are informative (the reference
@@ -321,52 +414,21 @@ struct Diagonals : PackSource {
   }
 };
 
-// Row route: the largest |spectrum|^2 per (channel, mx) over a slice of the lines (e, y) of
-// [c][e][y][mx] into scale_bits [c][mx] (atomicMax on the bits, as spectrum_scale_kernel). Grid:
-// (line slices, channels); threads walk mx, so that a warp reads consecutive values.
-__global__ void row_scale_kernel(const float2* spectra, std::int64_t lines, int nxh, int lines_per_slice,
-                                 unsigned int* scale_bits) {
-  const int channel = blockIdx.y;
-  const std::int64_t first = std::int64_t(blockIdx.x) * lines_per_slice;
-  const std::int64_t last = min(lines, first + lines_per_slice);
-  for (int mx = threadIdx.x; mx < nxh; mx += blockDim.x) {
-    float largest = 0;
-    for (std::int64_t line = first; line < last; ++line) {
-      const float2 z = spectra[(std::size_t(channel) * lines + line) * nxh + mx];
-      largest = fmaxf(largest, z.x * z.x + z.y * z.y);
-    }
-    unsigned int* slot = scale_bits + std::size_t(channel) * nxh + mx;
-    if (largest > 0 && __float_as_uint(largest) > *reinterpret_cast<volatile unsigned int*>(slot))
-      atomicMax(slot, __float_as_uint(largest));
-  }
-}
-
-// Row route: [c][e][y][mx] FP32 -> [mx][e][j] (psi, phi) FP16 over the per-mx scales, image row
-// y = first_row + j, zero outside the image and for padded exposures. Tiles of 32 rows j x 32 mx;
-// grid (row tiles, mx tiles, E_pad).
+// Row route: [c][mx][e][y] FP32 -> [mx][e][j] (psi, phi) FP16 over the per-mx scales, image row
+// y = first_row + j, zero outside the image and for padded exposures. Grid: (row blocks, E_pad,
+// nxh); threads walk j, so that reads and writes are both consecutive.
 __global__ void pack_rows_kernel(const float2* spectra, const float* scales, int exposures, int height, int nxh,
                                  int first_row, int row_span, uint2* out) {
-  __shared__ uint2 tile[kTile][kTile + 1];
-  const int j0 = blockIdx.x * kTile, mx0 = blockIdx.y * kTile, e = blockIdx.z;
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const std::int64_t lines = std::int64_t(exposures) * height;
-  const int mx = mx0 + tx;
-  for (int j = ty; j < kTile; j += blockDim.y) {
-    const int y = first_row + j0 + j;
-    uint2 value = make_uint2(0, 0);
-    if (mx < nxh && e < exposures && y >= 0 && y < height) {
-      const std::size_t at = (std::size_t(e) * height + y) * nxh + mx;
-      value = make_uint2(scaled_half2(spectra[at], scales[mx]),
-                         scaled_half2(spectra[std::size_t(lines) * nxh + at], scales[nxh + mx]));
-    }
-    tile[j][tx] = value;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, e = blockIdx.y, mx = blockIdx.z;
+  if (j >= row_span) return;
+  const int y = first_row + j;
+  uint2 value = make_uint2(0, 0);
+  if (e < exposures && y >= 0 && y < height) {
+    const std::size_t at = (std::size_t(mx) * exposures + e) * height + y;
+    const std::size_t lines_per_channel = std::size_t(nxh) * exposures * height;
+    value = make_uint2(scaled_half2(spectra[at], scales[mx]), scaled_half2(spectra[lines_per_channel + at], scales[nxh + mx]));
   }
-  __syncthreads();
-  const int exposures_padded = gridDim.z;
-  for (int i = ty; i < kTile; i += blockDim.y) {
-    const int row_mx = mx0 + i, j = j0 + tx;
-    if (row_mx < nxh && j < row_span) out[(std::size_t(row_mx) * exposures_padded + e) * row_span + j] = tile[tx][i];
-  }
+  out[(std::size_t(mx) * gridDim.y + e) * row_span + j] = value;
 }
 
 }  // namespace
@@ -386,19 +448,17 @@ void forward_transforms(SpectralState& s) {
   const dim3 block(kTile, kTileRows);
   if (s.row_route) {
     // Rows along x, only the image's rows: the y shifts are row offsets, nothing wraps along y.
-    const dim3 grid((g.height + kTile - 1) / kTile, (g.nx + kTile - 1) / kTile, E);
-    decode_planes_kernel<true><<<grid, block, 0, s.stream>>>(in, E, g.nx, g.height, 2 * s.nxh(),
-                                                             reinterpret_cast<float*>(s.spectra.get()),
-                                                             s.informative.get(), s.words_per_column,
-                                                             s.floor_bits.get());
+    s.scales.resize(std::size_t(2) * s.nxh());
+    SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.scales.get(), 0, s.scales.bytes(), s.stream));
+    const dim3 grid((g.height + kTile - 1) / kTile, E);
+    forward_rows_kernel<<<grid, 32 * kForwardWarps, forward_rows_bytes(g.nx), s.stream>>>(
+        in, axis_inverse(s), E, s.spectra.get(), s.informative.get(), s.words_per_column, s.floor_bits.get(),
+        reinterpret_cast<unsigned int*>(s.scales.get()));
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
-    s.forward_plan.make(g.nx, g.height, 2 * E * g.height, FftShape::forward_x_lines, s.stream);
-    SHIFTSTACK_CUFFT_CHECK(cufftExecR2C(s.forward_plan.handle(), reinterpret_cast<cufftReal*>(s.spectra.get()),
-                                        reinterpret_cast<cufftComplex*>(s.spectra.get())));
     return;
   }
   const dim3 grid((g.ny + kTile - 1) / kTile, (g.nx + kTile - 1) / kTile, E);
-  decode_planes_kernel<false><<<grid, block, 0, s.stream>>>(in, E, g.nx, g.ny, pitch,
+  decode_planes_kernel<<<grid, block, 0, s.stream>>>(in, E, g.nx, g.ny, pitch,
                                                      reinterpret_cast<float*>(s.spectra.get()),
                                                      s.informative.get(), s.words_per_column,
                                                      s.floor_bits.get());
@@ -492,6 +552,16 @@ bool plan_row_route(SpectralState& s, int group_rows, int max_window_rows) {
   // each, beside three pipeline stages); longer stacks take the planar route.
   constexpr int kMaxExposures = 8192;
   if (s.exposures_padded > kMaxExposures) return false;
+  // The forward kernel keeps 32 lines of nx points in shared memory (as the fused scoring does).
+  const std::size_t forward_bytes = forward_rows_bytes(s.geometry.nx);
+  int device = 0, optin = 0;
+  SHIFTSTACK_CUDA_CHECK(cudaGetDevice(&device));
+  SHIFTSTACK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attributes{};
+  SHIFTSTACK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, forward_rows_kernel));
+  if (forward_bytes + attributes.sharedSizeBytes > std::size_t(optin)) return false;
+  SHIFTSTACK_CUDA_CHECK(
+      cudaFuncSetAttribute(forward_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(forward_bytes)));
   const FourierGeometry& g = s.geometry;
   RowWindows windows = plan_row_windows(s.shifts.y, s.vb, s.exposures, s.exposures_padded, group_rows, g.min_sy,
                                         g.max_sy, s.region.height);
@@ -508,21 +578,14 @@ bool plan_row_route(SpectralState& s, int group_rows, int max_window_rows) {
 void pack_half_rows(SpectralState& s) {
   const FourierGeometry& g = s.geometry;
   const int nxh = s.nxh();
-  s.scales.resize(std::size_t(2) * nxh);
   s.half_spectra.resize(std::size_t(nxh) * s.exposures_padded * s.row_span);  // every value written below
-  SHIFTSTACK_CUDA_CHECK(cudaMemsetAsync(s.scales.get(), 0, s.scales.bytes(), s.stream));
-  const std::int64_t lines = std::int64_t(s.exposures) * g.height;
-  constexpr int kLinesPerSlice = 512;
-  const dim3 scale_grid(unsigned((lines + kLinesPerSlice - 1) / kLinesPerSlice), 2);
-  row_scale_kernel<<<scale_grid, 256, 0, s.stream>>>(s.spectra.get(), lines, nxh, kLinesPerSlice,
-                                                     reinterpret_cast<unsigned int*>(s.scales.get()));
-  SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  // forward_rows_kernel left the largest |spectrum|^2 per (c, mx) in scales.
   finish_scales_kernel<<<unsigned((2 * nxh + 255) / 256), 256, 0, s.stream>>>(2 * nxh, s.scales.get());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
-  const dim3 block(kTile, kTileRows),
-      grid(unsigned((s.row_span + kTile - 1) / kTile), unsigned((nxh + kTile - 1) / kTile), unsigned(s.exposures_padded));
-  pack_rows_kernel<<<grid, block, 0, s.stream>>>(s.spectra.get(), s.scales.get(), s.exposures, g.height, nxh,
-                                                 s.region.y0 + g.min_sy, s.row_span, s.half_spectra.get());
+  constexpr int kThreads = 128;
+  const dim3 grid(unsigned((s.row_span + kThreads - 1) / kThreads), unsigned(s.exposures_padded), unsigned(nxh));
+  pack_rows_kernel<<<grid, kThreads, 0, s.stream>>>(s.spectra.get(), s.scales.get(), s.exposures, g.height, nxh,
+                                                    s.region.y0 + g.min_sy, s.row_span, s.half_spectra.get());
   SHIFTSTACK_CUDA_CHECK_LAUNCH();
 }
 

@@ -20,8 +20,8 @@
 //
 // The row route of cuda-tc (row_route): the planes are transformed along x only, and the y shift
 // of a trial becomes a row offset instead of a phase (a gather of rows, no multiplication):
-//   spectra          [c][e][y][mx]   complex FP32, mx < nxh = nx / 2 + 1, y < height (in place
-//                                    over the real rows [c][e][y][2 nxh])
+//   spectra          [c][mx][e][y]   complex FP32, mx < nxh = nx / 2 + 1, y < height (written by
+//                                    forward_rows_kernel, which decodes and transforms in one pass)
 //   half_spectra     [mx][e < E_pad][j < row_span] uint2: (psi half2, phi half2) of image row
 //                                    y = region.y0 + min_sy + j (zero outside the image), each
 //                                    over its channel's largest magnitude at that mx
@@ -79,7 +79,6 @@ enum class FftShape {
   forward_planes,  // batched 2-D real to half complex over nx x ny (real rows padded to 2 nyh)
   inverse_planes,  // batched 2-D complex to complex over the full nx x ny grid
   inverse_y_lines, // batched 1-D complex to complex along y (contiguous lines of ny)
-  forward_x_lines, // batched 1-D real to half complex along x (row route; real rows padded to 2 nxh)
 };
 
 // A cuFFT plan for a fixed shape, made once and reused.

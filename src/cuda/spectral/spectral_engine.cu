@@ -174,9 +174,7 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   choose_post_processing(s);
   s.row_route = false;
   if (row_route_window_limit() > 0) plan_row_route(s, granularity, row_route_window_limit());
-  if (s.row_route) {
-    s.forward_plan.make(g.nx, g.height, 2 * s.exposures * g.height, FftShape::forward_x_lines, s.stream);
-  } else {
+  if (!s.row_route) {  // the row route transforms in its own kernels
     s.forward_plan.make(g.nx, g.ny, s.input_channels() * s.exposures, FftShape::forward_planes, s.stream);
     for (int b = 0; b < s.vb; b += s.chunk_rows) inverse_plan(s, std::min(s.chunk_rows, s.vb - b));
   }

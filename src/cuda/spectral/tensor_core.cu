@@ -498,7 +498,6 @@ struct RowParams {
   float2* out;                        // [(b - b_begin) * va + a][mx < nx][y < out_pitch]
 };
 constexpr int kMaxWindowRows = 32;    // rows copied per exposure: 16 and a spread of the group's shifts
-constexpr int kMaxWindowCopies = kChunk * kMaxWindowRows / 2 / kThreads;  // 16-byte copies per thread
 
 template <int kColumnTiles>
 struct RowLayout {
@@ -514,42 +513,48 @@ struct RowLayout {
 
 // The row-route part of one stage: the CTA's rows b of row_in_window (kWarps rows of kChunk
 // offsets, at offsets_at into the stage) and the windows (kChunk exposures of window_rows / 2
-// copies of two rows each, dealt out to the threads in turn, at windows_at). Loads the group's
-// window starts into shared memory at `starts` first (every copy needs one).
+// copies of two rows each, at windows_at). Each exposure has kWindowSlots copy slots, of which
+// the first window_rows / 2 copy: a thread's slot and its first exposure follow from threadIdx.x
+// by shifts, where dealing the copies out in turn cost an integer division per copy (a chain of
+// dependent multiplies on the contraction's critical path). Loads the group's window starts into
+// shared memory at `starts` first (every copy needs one).
+constexpr int kWindowSlots = kMaxWindowRows / 2;
+static_assert(kThreads % kWindowSlots == 0 && kChunk % (kThreads / kWindowSlots) == 0);
 struct RowWindowCopies {
+  static constexpr int exposures_per_pass = kThreads / kWindowSlots;
   const RowParams& p;
   const std::int32_t* starts;
-  const uint2* rows_of_mx;  // the tile's first row of exposure 0 at this mx
-  int copies_per_exposure, copies;
+  const uint2* source;  // this thread's slot in exposure 0's tile rows at this mx
+  int first_exposure;   // this thread copies exposures first_exposure + k exposures_per_pass
+  bool copies;          // its slot is one of the window's
+  int destination;      // bytes into the windows of its first copy
   RowShare<kWarps, 8, kThreads> offset_rows;
   const std::int32_t* offset_src;
-  int offset_dst, windows_at;
+  int offset_dst;
   __device__ RowWindowCopies(const RowParams& params, int mx, int row0, int b_cta, std::int32_t* group_starts,
-                             int offsets_at, int windows_offset)
-      : p(params),
-        starts(group_starts),
-        rows_of_mx(params.half_rows + std::size_t(mx) * params.exposures_padded * params.row_span + row0),
-        copies_per_exposure(params.window_rows / 2),
-        copies(kChunk * (params.window_rows / 2)),
-        windows_at(windows_offset) {
+                             int offsets_at, int windows_at)
+      : p(params), starts(group_starts) {
+    const int slot = int(threadIdx.x) % kWindowSlots;
+    first_exposure = int(threadIdx.x) / kWindowSlots;
+    copies = slot < params.window_rows / 2;
+    source = params.half_rows + std::size_t(mx) * params.exposures_padded * params.row_span + row0 + 2 * slot +
+             std::size_t(first_exposure) * params.row_span;
+    destination = windows_at + (first_exposure * params.window_pitch + 2 * slot) * 8;
     offset_src = p.row_in_window + std::size_t(b_cta + offset_rows.row0) * p.exposures_padded + offset_rows.part * 4;
     offset_dst = offsets_at + offset_rows.row0 * kShiftRowBytes + offset_rows.part * 16;
-    const std::int32_t* source = p.window_start + std::size_t(b_cta / kWarps) * p.exposures_padded;
-    for (int e = threadIdx.x; e < p.exposures_padded; e += kThreads) group_starts[e] = source[e];
+    const std::int32_t* group = p.window_start + std::size_t(b_cta / kWarps) * p.exposures_padded;
+    for (int e = threadIdx.x; e < p.exposures_padded; e += kThreads) group_starts[e] = group[e];
     __syncthreads();
   }
   __device__ __forceinline__ void copy(unsigned char* stage, int e0) const {
     offset_rows.copy(stage + offset_dst, 0, offset_src + e0, 0);
-    unsigned char* windows = stage + windows_at;
+    if (!copies) return;
+    const uint2* from = source + std::size_t(e0) * p.row_span;
+    const std::int32_t* start = starts + e0 + first_exposure;
 #pragma unroll
-    for (int k = 0; k < kMaxWindowCopies; ++k) {
-      const int c = int(threadIdx.x) + k * kThreads;
-      if (c < copies) {
-        const int e = c / copies_per_exposure, part = c - e * copies_per_exposure;
-        copy_async_16(windows + (e * p.window_pitch + 2 * part) * 8,
-                      rows_of_mx + std::size_t(e0 + e) * p.row_span + starts[e0 + e] + 2 * part);
-      }
-    }
+    for (int k = 0; k < kChunk / exposures_per_pass; ++k)
+      copy_async_16(stage + destination + k * exposures_per_pass * p.window_pitch * 8,
+                    from + std::size_t(k) * exposures_per_pass * p.row_span + start[k * exposures_per_pass]);
   }
 };
 
