@@ -40,6 +40,10 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 16;          // my rows per warp: one m16 tile
 constexpr int kChunk = 32;         // exposures per pipeline stage: 4 k16 steps of 8 exposures
 constexpr int kStages = 3;         // cp.async pipeline depth
+// The row kernel's depth: its stages are smaller (no phase table, windows of up to 32 rows), and a
+// fourth stage took the `dense` contraction from 6.81 to 6.68 ms (H100, one lease, A/B). Past
+// about 7,900 exposures the starts table and four stages leave room for one CTA per SM, not two.
+constexpr int kRowStages = 4;
 constexpr int kMaxColumnTiles = 9; // n8 tiles per CTA: 72 columns (65 velocities + 7 padding)
 // Shared-memory rows, padded so that the 8 rows one ldmatrix (or one 8-byte load phase) touches
 // fall in distinct banks: a row of Y holds kChunk half2 (128 B) + 16 B; a row of spectra kChunk
@@ -507,7 +511,7 @@ struct RowLayout {
   __host__ __device__ static int stage_bytes(int pitch) { return y_bytes + offset_bytes + window_bytes(pitch); }
   __host__ __device__ static int starts_bytes(int exposures_padded) { return exposures_padded * 4; }
   __host__ __device__ static int total_bytes(int pitch, int exposures_padded) {
-    return starts_bytes(exposures_padded) + kStages * stage_bytes(pitch);
+    return starts_bytes(exposures_padded) + kRowStages * stage_bytes(pitch);
   }
 };
 
@@ -632,7 +636,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
                 decltype(x_rows)::rows_per_pass * E);
     window_copies.copy(st, e0);
   };
-  prime_pipeline<kStages - 1>(chunks, load_stage);
+  prime_pipeline<kRowStages - 1>(chunks, load_stage);
 
   float acc[2][2][kColumnTiles][4];  // [channel][real, imaginary][n8 tile][fragment]
   zero_accumulators(acc);
@@ -641,8 +645,8 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   const int window_pitch_bytes = p.window_pitch * 8;
 
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    advance_pipeline<kStages>(chunk, chunks, load_stage);
-    const unsigned char* st = stages + (chunk % kStages) * stage_bytes;
+    advance_pipeline<kRowStages>(chunk, chunks, load_stage);
+    const unsigned char* st = stages + (chunk % kRowStages) * stage_bytes;
     const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + warp * kChunk;
     const unsigned char* windows = st + L::y_bytes + L::offset_bytes + group * 8;
 #pragma unroll
