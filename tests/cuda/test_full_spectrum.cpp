@@ -1,4 +1,5 @@
-// The Fourier-route contractions write psihat + i phihat over the full grid from half spectra
+// The Fourier-route contractions write psihat + i phihat over the full grid from half spectra, and
+// the row route splits one complex transform into two real channels
 // (cuda/spectral/full_spectrum.hpp); checked here against direct DFTs, without a GPU.
 #include <gtest/gtest.h>
 
@@ -117,6 +118,36 @@ TEST(FullSpectrum, RowRouteHalfSpectraAlongXBecomeOneFullGridWrittenOnce) {
         EXPECT_NEAR(grid[at].x, z.real(), 1e-9 * nx) << "at (" << kx << ", " << y << ")";
         EXPECT_NEAR(grid[at].y, z.imag(), 1e-9 * nx) << "at (" << kx << ", " << y << ")";
       }
+  }
+}
+
+// The row route's forward kernel transforms a + i b once and splits the result: each half must be
+// the DFT of its own real signal, at every frequency of the half spectrum and for odd and even
+// lengths (k = 0 and k = n / 2 are their own mirrors).
+TEST(FullSpectrum, OneComplexTransformSplitsIntoTheTwoRealChannels) {
+  struct Pair {
+    double x, y;
+  };
+  std::mt19937 rng(13);
+  std::normal_distribution<double> normal;
+  for (int n : {1, 2, 5, 8, 9, 280}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    std::vector<double> a(n), b(n);
+    for (int x = 0; x < n; ++x) a[x] = normal(rng), b[x] = normal(rng);
+    auto z = [&](int k) {  // DFT of a + i b at k
+      cd sum = 0;
+      for (int x = 0; x < n; ++x) sum += cd(a[x], b[x]) * std::polar(1.0, -2 * M_PI * double(k) * x / n);
+      return Pair{sum.real(), sum.imag()};
+    };
+    for (int k = 0; k < n / 2 + 1; ++k) {
+      Pair psi{}, phi{};
+      shiftstack::cuda::split_two_real_channels(z(k), z((n - k) % n), psi, phi);
+      const cd want_a = dft(a, n, 1, k, 0), want_b = dft(b, n, 1, k, 0);
+      EXPECT_NEAR(psi.x, want_a.real(), 1e-9 * n) << "k " << k;
+      EXPECT_NEAR(psi.y, want_a.imag(), 1e-9 * n) << "k " << k;
+      EXPECT_NEAR(phi.x, want_b.real(), 1e-9 * n) << "k " << k;
+      EXPECT_NEAR(phi.y, want_b.imag(), 1e-9 * n) << "k " << k;
+    }
   }
 }
 

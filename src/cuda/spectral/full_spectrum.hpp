@@ -43,4 +43,13 @@ SHIFTSTACK_HOST_DEVICE void store_both_channels_x(Complex* velocity, int nx, int
   velocity[std::size_t(mirror_x) * pitch + y] = Complex{a.x + b.y, b.x - a.y};
 }
 
+// The row route's forward split, the other way round: from Z = DFT(a + i b) of two real signals
+// a and b at frequencies k and -k, their own DFTs: A(k) = (Z(k) + conj Z(-k)) / 2 and
+// B(k) = (Z(k) - conj Z(-k)) / 2i. One complex transform so serves both channels.
+template <class Complex>
+SHIFTSTACK_HOST_DEVICE void split_two_real_channels(Complex z_k, Complex z_minus_k, Complex& a, Complex& b) {
+  a = Complex{0.5f * (z_k.x + z_minus_k.x), 0.5f * (z_k.y - z_minus_k.y)};
+  b = Complex{0.5f * (z_k.y + z_minus_k.y), 0.5f * (z_minus_k.x - z_k.x)};
+}
+
 }  // namespace shiftstack::cuda

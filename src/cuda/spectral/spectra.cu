@@ -240,14 +240,14 @@ __global__ void __launch_bounds__(32 * kForwardWarps)
   }
   publish_phi_range(smallest, largest, floor_bits);  // its barrier also orders the line writes
   inverse_along_x(fft, lines, roots);  // of conj z; ends with a barrier
-  // lines[k] = conj Z[k]: Psi = (conj L[k] + L[-k]) / 2, Phi = -i (conj L[k] - L[-k]) / 2.
+  // lines[k] holds conj Z[k].
   const int y = y0 + lane;
   const bool inside = y < in.height;
   const std::size_t lines_per_channel = std::size_t(nxh) * exposures * in.height;
   for (int mx = warp; mx < nxh; mx += kForwardWarps) {
     const float2 l = lines[mx * 32 + lane], m = lines[(mx == 0 ? 0 : fft.n - mx) * 32 + lane];
-    const float2 psi = make_float2(0.5f * (l.x + m.x), 0.5f * (m.y - l.y));
-    const float2 phi = make_float2(-0.5f * (l.y + m.y), 0.5f * (m.x - l.x));
+    float2 psi, phi;
+    split_two_real_channels(make_float2(l.x, -l.y), make_float2(m.x, -m.y), psi, phi);
     if (inside) {
       const std::size_t at = (std::size_t(mx) * exposures + e) * in.height + y;
       spectra[at] = psi;
