@@ -251,6 +251,27 @@ __device__ __forceinline__ void column_products(const unsigned char* ystep, int 
   }
 }
 
+// The accumulator elements a warp's lane holds, for the epilogues: per half of the warp's 16 rows
+// (row = group + 8 half), enter_half(row) says whether the row is written (and may set up what its
+// elements share); then visit(row, a, n, i) for each velocity column a < va of n8 tile n, i the
+// element's index in the tile's fragment.
+template <int kColumnTiles, class EnterHalf, class Visit>
+__device__ __forceinline__ void for_each_fragment_element(int a0, int va, int group, int quad, EnterHalf enter_half,
+                                                          Visit visit) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = group + 8 * half;
+    if (!enter_half(row)) continue;
+#pragma unroll
+    for (int n = 0; n < kColumnTiles; ++n)
+#pragma unroll
+      for (int col = 0; col < 2; ++col) {
+        const int a = a0 + n * 8 + 2 * quad + col;
+        if (a < va) visit(row, a, n, 2 * half + col);
+      }
+  }
+}
+
 // Scales the accumulators back and writes the velocity spectra (both channels at once, see
 // store_both_channels); value(c, r, n, i) reads the fragment element i of n8 tile n (real r = 0,
 // imaginary r = 1) of channel c.
@@ -260,25 +281,22 @@ __device__ __forceinline__ void write_outputs(const Params& p, int mx, int my0, 
   if (b >= p.b_end) return;
   const int nx = int(gridDim.z);
   const std::size_t frequencies = std::size_t(nx) * p.nyh;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int my = my0 + group + 8 * half;
-    if (my >= p.nyh) continue;
-    const std::size_t f = std::size_t(mx) * p.nyh + my;
-    const float scale_psi = p.scales[f] * p.norm, scale_phi = p.scales[frequencies + f] * p.norm;
-#pragma unroll
-    for (int n = 0; n < kColumnTiles; ++n)
-#pragma unroll
-      for (int col = 0; col < 2; ++col) {
-        const int a = a0 + n * 8 + 2 * quad + col;
-        if (a >= p.va) continue;
-        const int i = 2 * half + col;
+  float scale_psi = 0, scale_phi = 0;
+  for_each_fragment_element<kColumnTiles>(
+      a0, p.va, group, quad,
+      [&](int row) {
+        const int my = my0 + row;
+        if (my >= p.nyh) return false;
+        const std::size_t f = std::size_t(mx) * p.nyh + my;
+        scale_psi = p.scales[f] * p.norm, scale_phi = p.scales[frequencies + f] * p.norm;
+        return true;
+      },
+      [&](int row, int a, int n, int i) {
         float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * nx * p.ny;
-        store_both_channels(velocity, nx, p.ny, mx, my,
+        store_both_channels(velocity, nx, p.ny, mx, my0 + row,
                             make_float2(value(0, 0, n, i) * scale_psi, value(0, 1, n, i) * scale_psi),
                             make_float2(value(1, 0, n, i) * scale_phi, value(1, 1, n, i) * scale_phi));
-      }
-  }
+      });
 }
 
 // kSplit = false: one warpgroup (128 threads) forms and multiplies both channels (4 accumulators).
@@ -569,23 +587,14 @@ __device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, in
                                                   int quad, Value value) {
   if (b >= p.b_end) return;
   const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = row0 + group + 8 * half;
-    if (row >= p.region_height) continue;
-#pragma unroll
-    for (int n = 0; n < kColumnTiles; ++n)
-#pragma unroll
-      for (int col = 0; col < 2; ++col) {
-        const int a = a0 + n * 8 + 2 * quad + col;
-        if (a >= p.va) continue;
-        const int i = 2 * half + col;
+  for_each_fragment_element<kColumnTiles>(
+      a0, p.va, group, quad, [&](int row) { return row0 + row < p.region_height; },
+      [&](int row, int a, int n, int i) {
         float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
-        store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row,
+        store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row0 + row,
                               make_float2(value(0, 0, n, i) * scale_psi, value(0, 1, n, i) * scale_psi),
                               make_float2(value(1, 0, n, i) * scale_phi, value(1, 1, n, i) * scale_phi));
-      }
-  }
+      });
 }
 
 // One k16 step's A registers of a row-route warp: exposures q and q + 4 of the step, rows g and
