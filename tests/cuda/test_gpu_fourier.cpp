@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 #include <cufft.h>
 
+#include "../../src/cuda/spectral/row_windows.hpp"
 #include "../../src/cuda/spectral/spectral_engine.hpp"
 #include "../test_support.hpp"
 #include "shiftstack/tc_emulation.hpp"
@@ -306,8 +307,9 @@ TEST(GpuFourier, FusedScoringSwitchRefusesOtherValues) {
 // The row route (cuda-tc's default where it applies: transforms along x only, y shifts as row
 // offsets) against the reference gather and against the planar route (SHIFTSTACK_TC_ROUTE=planes):
 // exposures that are not a multiple of the 32 of a chunk, groups of four rows b cut short by the
-// grid, several velocity chunks, regions offset in both axes and not a multiple of 16 rows, and
-// windows that hold a spread of the group's shifts. A coarse vy grid, whose rows b spread beyond
+// grid, several velocity chunks, regions offset in both axes and not a multiple of 16 rows,
+// windows that hold a spread of the group's shifts, and velocity counts that fill the mma
+// kernel's tiles of 4 velocities partly, or more than one block of 68. A coarse vy grid, whose rows b spread beyond
 // the 32 rows a window holds, takes the planar route.
 TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
@@ -323,6 +325,8 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
       {12, 48, 40, 5, 7, 6, Region{0, 0, 48, 40}, nullptr, true},
       {45, 52, 61, 6, 9, 9, Region{3, 7, 44, 37}, "4", true},
       {33, 50, 70, 3, 13, 12, Region{5, 2, 40, 66}, nullptr, true},
+      {40, 44, 38, 9, 6, 8, Region{0, 0, 44, 38}, nullptr, true},     // 3 tiles of 4 velocities
+      {16, 40, 36, 70, 5, 6, Region{2, 1, 36, 33}, nullptr, true},    // two blocks of 68 velocities
       {20, 110, 110, 4, 3, 40, Region{0, 0, 110, 110}, nullptr, false},  // about 20 px between rows b
   };
   for (const Shape& shape : shapes) {
@@ -366,6 +370,42 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
     EXPECT_EQ(rows.digest.scored, planes.digest.scored);
     EXPECT_EQ(rows.digest.argmax_velocity, planes.digest.argmax_velocity);
   }
+}
+
+// Where the mma row kernel's stages and the window starts of every exposure would not fit two
+// CTAs per SM (17 tiles of 4 velocities, windows of 26 rows or more, 8,000 exposures), cuda-tc
+// takes the planar route and agrees with the reference; the wgmma row kernel, whose stages are
+// smaller, keeps the row route on the same stack.
+TEST(GpuFourier, RowRouteFallsBackToPlanesWhereItsSharedMemoryDoesNotFit) {
+  if (!device_present()) GTEST_SKIP() << "no CUDA device";
+  KitOptions o = workload("ci");
+  o.exposures = 8000, o.width = 20, o.height = 20, o.vx_count = 68, o.vy_count = 4;
+  o.velocity_displacement = 6, o.curve_amplitude = 2;
+  Case c;
+  c.kit = make_kit(o);
+  c.stack = encode_kit(c.kit, Encoding::fp32);
+  const SeparableShifts shifts = integer_shifts(c.kit.bank);
+  const auto [lo, hi] = std::minmax_element(shifts.y.begin(), shifts.y.end());
+  const cuda::RowWindows windows = cuda::plan_row_windows(shifts.y, o.vy_count, o.exposures, o.exposures, 4, *lo,
+                                                          *hi, o.height);
+  ASSERT_GE(windows.rows, 26) << "the stack no longer has the wide windows this test needs";
+  ASSERT_LE(windows.rows, 32);
+  const Region region{0, 0, o.width, o.height};
+  const double z_thr = bonferroni_threshold(0.05, double(region.count()) * double(c.kit.bank.size()));
+  const OutputPolicy policy = listing_policy(z_thr);
+  c.reference = search(*make_engine("reference"), c.stack, c.kit.bank, policy, region);
+  for (const auto& cand : c.reference.candidates)
+    if (std::abs(cand.Z - z_thr) <= 1e-4) ++c.near_threshold;
+  auto engine = make_engine("cuda-tc");
+  const SearchResult planes = search(*engine, c.stack, c.kit.bank, policy, region);
+  EXPECT_FALSE(diagnostics_of(*engine).row_route);
+  expect_agreement("cuda-tc", c, planes, tolerance_for("cuda-tc"));
+  setenv("SHIFTSTACK_TC_KERNEL", "wgmma", 1);
+  auto wgmma_engine = make_engine("cuda-tc");
+  const SearchResult rows = search(*wgmma_engine, c.stack, c.kit.bank, policy, region);
+  unsetenv("SHIFTSTACK_TC_KERNEL");
+  EXPECT_TRUE(diagnostics_of(*wgmma_engine).row_route);
+  expect_agreement("cuda-tc wgmma", c, rows, tolerance_for("cuda-tc"));
 }
 
 // A setting of the route switch other than rows or planes is refused.

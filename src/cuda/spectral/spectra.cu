@@ -549,7 +549,8 @@ bool plan_row_route(SpectralState& s, int group_rows, int max_window_rows) {
   // lists (which read whole planes after cuFFT's 2-D inverse) stay on the planar route.
   if (setting == "planes" || s.fractional || !s.fused_scoring) return false;
   // The contraction keeps its group's window starts for every exposure in shared memory (4 bytes
-  // each, beside three pipeline stages); longer stacks take the planar route.
+  // each, beside its pipeline stages; the engine checks the whole, row_route_fits); longer stacks
+  // take the planar route.
   constexpr int kMaxExposures = 8192;
   if (s.exposures_padded > kMaxExposures) return false;
   // The forward kernel keeps 32 lines of nx points in shared memory (as the fused scoring does).

@@ -173,7 +173,8 @@ SearchResult SpectralEngine::search(const SearchInput& input) {
   // Routes, window tables and plans before the clock starts (plans are made once per shape).
   choose_post_processing(s);
   s.row_route = false;
-  if (row_route_window_limit() > 0) plan_row_route(s, granularity, row_route_window_limit());
+  if (row_route_window_limit() > 0 && plan_row_route(s, granularity, row_route_window_limit()))
+    s.row_route = row_route_fits(s);
   if (!s.row_route) {  // the row route transforms in its own kernels
     s.forward_plan.make(g.nx, g.ny, s.input_channels() * s.exposures, FftShape::forward_planes, s.stream);
     for (int b = 0; b < s.vb; b += s.chunk_rows) inverse_plan(s, std::min(s.chunk_rows, s.vb - b));

@@ -76,6 +76,8 @@ class SpectralEngine : public Engine {
   virtual int row_granularity() const { return 1; }
   // Engines with a row-route contraction: the most rows per exposure its window holds (0: none).
   virtual int row_route_window_limit() const { return 0; }
+  // Whether its contraction fits the planned windows (shared memory); if not, the planar route.
+  virtual bool row_route_fits(const SpectralState&) const { return true; }
   // Extra device bytes per velocity row of a chunk (materialized operands and the like).
   virtual double bytes_per_row(const SpectralState&) const { return 0; }
 
