@@ -309,7 +309,7 @@ TEST(GpuFourier, FusedScoringSwitchRefusesOtherValues) {
 // exposures that are not a multiple of the 32 of a chunk, groups of four rows b cut short by the
 // grid, several velocity chunks, regions offset in both axes and not a multiple of 16 rows,
 // windows that hold a spread of the group's shifts, and velocity counts that fill the mma
-// kernel's tiles of 4 velocities partly, or more than one block of 68. A coarse vy grid, whose rows b spread beyond
+// kernel's halves of a block unevenly, or more than one block of 72. A coarse vy grid, whose rows b spread beyond
 // the 32 rows a window holds, takes the planar route.
 TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
@@ -325,8 +325,8 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
       {12, 48, 40, 5, 7, 6, Region{0, 0, 48, 40}, nullptr, true},
       {45, 52, 61, 6, 9, 9, Region{3, 7, 44, 37}, "4", true},
       {33, 50, 70, 3, 13, 12, Region{5, 2, 40, 66}, nullptr, true},
-      {40, 44, 38, 9, 6, 8, Region{0, 0, 44, 38}, nullptr, true},     // 3 tiles of 4 velocities
-      {16, 40, 36, 70, 5, 6, Region{2, 1, 36, 33}, nullptr, true},    // two blocks of 68 velocities
+      {40, 48, 48, 9, 6, 8, Region{0, 0, 48, 48}, nullptr, true},     // 2 tiles: halves of one tile each
+      {16, 48, 48, 75, 5, 6, Region{2, 1, 40, 41}, nullptr, true},    // two blocks: 9 tiles, then 2
       {20, 110, 110, 4, 3, 40, Region{0, 0, 110, 110}, nullptr, false},  // about 20 px between rows b
   };
   for (const Shape& shape : shapes) {
@@ -373,24 +373,24 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
 }
 
 // Where the mma row kernel's stages and the window starts of every exposure would not fit two
-// CTAs per SM (17 tiles of 4 velocities, windows of 26 rows or more, 8,000 exposures), cuda-tc
-// takes the planar route and agrees with the reference; the wgmma row kernel, whose stages are
-// smaller, keeps the row route on the same stack.
+// CTAs per SM (9 n8 tiles of velocities, windows 36 rows apart, 8,192 exposures), cuda-tc takes
+// the planar route and agrees with the reference; the wgmma row kernel, whose stages are smaller,
+// keeps the row route on the same stack.
 TEST(GpuFourier, RowRouteFallsBackToPlanesWhereItsSharedMemoryDoesNotFit) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
   KitOptions o = workload("ci");
-  o.exposures = 8000, o.width = 20, o.height = 20, o.vx_count = 68, o.vy_count = 4;
+  o.exposures = 8192, o.width = 56, o.height = 56, o.vx_count = 68, o.vy_count = 4;
   o.velocity_displacement = 6, o.curve_amplitude = 2;
   Case c;
   c.kit = make_kit(o);
   c.stack = encode_kit(c.kit, Encoding::fp32);
   const SeparableShifts shifts = integer_shifts(c.kit.bank);
   const auto [lo, hi] = std::minmax_element(shifts.y.begin(), shifts.y.end());
+  const Region region{18, 18, 20, 20};  // the reference gather over 8,192 exposures stays quick
   const cuda::RowWindows windows = cuda::plan_row_windows(shifts.y, o.vy_count, o.exposures, o.exposures, 4, *lo,
-                                                          *hi, o.height);
-  ASSERT_GE(windows.rows, 26) << "the stack no longer has the wide windows this test needs";
+                                                          *hi, region.height);
+  ASSERT_EQ(windows.pitch, 36) << "the stack no longer has the wide windows this test needs";
   ASSERT_LE(windows.rows, 32);
-  const Region region{0, 0, o.width, o.height};
   const double z_thr = bonferroni_threshold(0.05, double(region.count()) * double(c.kit.bank.size()));
   const OutputPolicy policy = listing_policy(z_thr);
   c.reference = search(*make_engine("reference"), c.stack, c.kit.bank, policy, region);

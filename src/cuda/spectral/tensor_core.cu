@@ -40,6 +40,10 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 16;          // my rows per warp: one m16 tile
 constexpr int kChunk = 32;         // exposures per pipeline stage: 4 k16 steps of 8 exposures
 constexpr int kStages = 3;         // cp.async pipeline depth
+// The row kernel's depth: its stages are smaller (no phase table, windows of up to 32 rows), and a
+// fourth stage took the `dense` contraction from 6.81 to 6.68 ms (H100, one lease, A/B). Past
+// about 7,900 exposures the starts table and four stages leave room for one CTA per SM, not two.
+constexpr int kRowStages = 4;
 constexpr int kMaxColumnTiles = 9; // n8 tiles per CTA: 72 columns (65 velocities + 7 padding)
 // Shared-memory rows, padded so that the 8 rows one ldmatrix (or one 8-byte load phase) touches
 // fall in distinct banks: a row of Y holds kChunk half2 (128 B) + 16 B; a row of spectra kChunk
@@ -219,17 +223,18 @@ __device__ __forceinline__ void form_operands(const StepInputs& in, std::uint32_
 
 // One k16 step of the integer mma.sync kernels: both channels' real and imaginary rows
 // (operands[c * 2 + r]) against every n8 tile of the x table at ystep (ldmatrix rows ld_row,
-// ld_row_x2 for a last odd tile).
+// ld_row_x2 for a last odd tile, which skips_last_tile leaves out).
 template <int kColumnTiles>
 __device__ __forceinline__ void column_products(const unsigned char* ystep, int ld_row, int ld_row_x2,
                                                 const std::uint32_t (&operands)[4][4],
-                                                float (&acc)[2][2][kColumnTiles][4]) {
+                                                float (&acc)[2][2][kColumnTiles][4], bool skips_last_tile = false) {
 #pragma unroll
   for (int n = 0; n < kColumnTiles; n += 2) {
     std::uint32_t b0, b1, b2 = 0, b3 = 0;
     if (n + 1 < kColumnTiles) {
       load_matrix_x4(b0, b1, b2, b3, ystep + n * 8 * kYRowBytes + ld_row);
     } else {
+      if (skips_last_tile) break;  // an odd last tile (warp-uniform)
       load_matrix_x2(b0, b1, ystep + n * 8 * kYRowBytes + ld_row_x2);
     }
 #pragma unroll
@@ -493,47 +498,20 @@ __global__ void __launch_bounds__(kThreads, 2) contract_kernel(Params p) {
                               [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
 }
 
-// acc[r][n] += operands[r] x table for r = 0, 1 (two A operands against the same n8 tiles of the
-// shared table at `table`, rows kRowBytes apart; ldmatrix rows ld_row, ld_row_x2 for a last odd tile).
-template <int kColumnTiles, int kRowBytes>
-__device__ __forceinline__ void table_products(const unsigned char* table, int ld_row, int ld_row_x2,
-                                               const std::uint32_t (&first)[4], const std::uint32_t (&second)[4],
-                                               float (&acc)[2][kColumnTiles][4]) {
-#pragma unroll
-  for (int n = 0; n < kColumnTiles; n += 2) {
-    std::uint32_t b0, b1, b2 = 0, b3 = 0;
-    if (n + 1 < kColumnTiles) load_matrix_x4(b0, b1, b2, b3, table + n * 8 * kRowBytes + ld_row);
-    else load_matrix_x2(b0, b1, table + n * 8 * kRowBytes + ld_row_x2);
-    mma_16x8x16(acc[0][n], first, b0, b1);
-    mma_16x8x16(acc[1][n], second, b0, b1);
-    if (n + 1 < kColumnTiles) {
-      mma_16x8x16(acc[0][n + 1], first, b2, b3);
-      mma_16x8x16(acc[1][n + 1], second, b2, b3);
-    }
-  }
-}
-
 // --- the row route: transforms along x only, y shifts as row offsets --------------------------------
 //
 // Per x frequency mx (mx <= nx / 2) and image row y of the region the velocity plane is
 //   D[(b, y), a] = sum_e  S_e(mx, y + sy[b,e]) * Y_x(mx sx[a,e])
 // with S_e the transform of exposure e along x only. The A operand is a gather of rows of S: no
-// phase and no multiplication.
-// One CTA = one mx, 16 region rows, kWarps consecutive b (one per warp), one block of velocities a.
+// phase and no multiplication, so a k16 step costs four 8-byte shared loads and the sign and swap
+// of the real block form, where the planar kernel spends about 100 instructions forming A.
+// One CTA = one mx, 16 region rows, kWarps consecutive b (one per warp), one a block of columns.
 // Per exposure of a chunk the CTA copies one window of half_spectra rows that covers its four
 // rows b (SpectralState::window_start); warp b reads its 16 rows from row_in_window[b][e] on.
-//
-// The mma.sync kernel puts the real block form on the column side: A is the gathered sample
-// itself, (Xr, Xi) per k pair, and the column table holds every velocity twice, column 2a =
-// (Yr, -Yi) (the real output) and 2a + 1 = (Yi, Yr) (the imaginary one). Each n8 tile then covers
-// 4 velocities and a lane's fragment pairs are one complex output. For 65 velocities a k16 step
-// issues 2 x 17 products (68 velocities of columns) where the form with two A operands per
-// channel issued 4 x 9 (72), and forms no operand: the A registers are the loaded samples.
-// The wgmma kernel keeps the A-side form (its B is the plain x table, columns a).
 struct RowParams {
   const uint2* half_rows;             // [mx][e < E_pad][j < row_span]: (psi half2, phi half2)
   const float* scales;                // [c][mx]
-  const __half2* x_phases;            // mma: [mx][column < 2 va_padded][E_pad]; wgmma: [mx][a < va_padded][E_pad]
+  const __half2* x_phases;            // [mx][a < va_padded][E_pad]
   const std::int32_t* window_start;   // [group][E_pad]
   const std::int32_t* row_in_window;  // [b < vb_padded][E_pad]
   int row_span, window_rows, window_pitch, exposures_padded, va, va_padded, row_tiles;
@@ -543,26 +521,17 @@ struct RowParams {
   float2* out;                        // [(b - b_begin) * va + a][mx < nx][y < out_pitch]
 };
 constexpr int kMaxWindowRows = 32;    // rows copied per exposure: 16 and a spread of the group's shifts
-// The mma kernel's n8 tiles of the column table (4 velocities each): 17 tiles = 68 velocities.
-constexpr int kMaxRowColumnTiles = 17;
 
-// Shared memory of the mma row kernel: the group's window starts for every exposure, then the
-// stages (kColumnTiles * 8 table rows, the offsets of the CTA's rows b, the windows). Four stages
-// took the `dense` contraction from 6.81 to 6.68 ms (H100, one lease, A/B, with 9 tiles of the
-// A-side form); past 10 tiles of the column form only three fit two CTAs per SM.
-__host__ __device__ constexpr int row_stage_count(int column_tiles) { return column_tiles <= 10 ? 4 : 3; }
-__host__ __device__ constexpr int row_stage_bytes(int column_tiles, int pitch) {
-  return column_tiles * 8 * kYRowBytes + kWarps * kShiftRowBytes + kChunk * pitch * 8;
-}
-__host__ __device__ constexpr int row_shared_bytes(int column_tiles, int pitch, int exposures_padded) {
-  return exposures_padded * 4 + row_stage_count(column_tiles) * row_stage_bytes(column_tiles, pitch);
-}
 template <int kColumnTiles>
 struct RowLayout {
-  static constexpr int stages = row_stage_count(kColumnTiles);
   static constexpr int y_bytes = kColumnTiles * 8 * kYRowBytes;
   static constexpr int offset_bytes = kWarps * kShiftRowBytes;
+  __host__ __device__ static int window_bytes(int pitch) { return kChunk * pitch * 8; }
+  __host__ __device__ static int stage_bytes(int pitch) { return y_bytes + offset_bytes + window_bytes(pitch); }
   __host__ __device__ static int starts_bytes(int exposures_padded) { return exposures_padded * 4; }
+  __host__ __device__ static int total_bytes(int pitch, int exposures_padded) {
+    return starts_bytes(exposures_padded) + kRowStages * stage_bytes(pitch);
+  }
 };
 
 // The row-route part of one stage: the CTA's rows b of row_in_window (kWarps rows of kChunk
@@ -573,16 +542,17 @@ struct RowLayout {
 // dependent multiplies on the contraction's critical path). Loads the group's window starts into
 // shared memory at `starts` first (every copy needs one).
 constexpr int kWindowSlots = kMaxWindowRows / 2;
-static_assert(kThreads % kWindowSlots == 0 && kChunk % (kThreads / kWindowSlots) == 0);
+template <int kBlockThreads>
 struct RowWindowCopies {
-  static constexpr int exposures_per_pass = kThreads / kWindowSlots;
+  static_assert(kBlockThreads % kWindowSlots == 0 && kChunk % (kBlockThreads / kWindowSlots) == 0);
+  static constexpr int exposures_per_pass = kBlockThreads / kWindowSlots;
   const RowParams& p;
   const std::int32_t* starts;
   const uint2* source;  // this thread's slot in exposure 0's tile rows at this mx
   int first_exposure;   // this thread copies exposures first_exposure + k exposures_per_pass
   bool copies;          // its slot is one of the window's
   int destination;      // bytes into the windows of its first copy
-  RowShare<kWarps, 8, kThreads> offset_rows;
+  RowShare<kWarps, 8, kBlockThreads> offset_rows;
   const std::int32_t* offset_src;
   int offset_dst;
   __device__ RowWindowCopies(const RowParams& params, int mx, int row0, int b_cta, std::int32_t* group_starts,
@@ -597,7 +567,7 @@ struct RowWindowCopies {
     offset_src = p.row_in_window + std::size_t(b_cta + offset_rows.row0) * p.exposures_padded + offset_rows.part * 4;
     offset_dst = offsets_at + offset_rows.row0 * kShiftRowBytes + offset_rows.part * 16;
     const std::int32_t* group = p.window_start + std::size_t(b_cta / kWarps) * p.exposures_padded;
-    for (int e = threadIdx.x; e < p.exposures_padded; e += kThreads) group_starts[e] = group[e];
+    for (int e = threadIdx.x; e < p.exposures_padded; e += kBlockThreads) group_starts[e] = group[e];
     __syncthreads();
   }
   __device__ __forceinline__ void copy(unsigned char* stage, int e0) const {
@@ -612,54 +582,77 @@ struct RowWindowCopies {
   }
 };
 
-// The row route's epilogue, per output: the per-mx scales and 1 / nx, mx and its mirror
-// (store_both_channels_x), at region row `row` of velocity (b, a).
-__device__ __forceinline__ void store_row_output(const RowParams& p, int mx, int row, int b, int a, float2 psi,
-                                                 float2 phi) {
+// The row route's epilogue: the per-mx scales and 1 / nx, rows y of the region only, columns
+// a0 <= a < a_end, mx and its mirror (store_both_channels_x); value(c, r, n, i) as in write_outputs.
+template <int kColumnTiles, class Value>
+__device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, int row0, int b, int a0, int a_end,
+                                                  int group, int quad, Value value) {
+  if (b >= p.b_end) return;
   const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
-  float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
-  store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row,
-                        make_float2(psi.x * scale_psi, psi.y * scale_psi),
-                        make_float2(phi.x * scale_phi, phi.y * scale_phi));
+  for_each_fragment_element<kColumnTiles>(
+      a0, a_end, group, quad, [&](int row) { return row0 + row < p.region_height; },
+      [&](int row, int a, int n, int i) {
+        float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
+        store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row0 + row,
+                              make_float2(value(0, 0, n, i) * scale_psi, value(0, 1, n, i) * scale_psi),
+                              make_float2(value(1, 0, n, i) * scale_phi, value(1, 1, n, i) * scale_phi));
+      });
 }
 
-// The rows of one k16 step of a row-route warp, in the order of the A registers: exposures q and
-// q + 4 of the step, rows g and g + 8 of the warp's 16 (window rows offset + g), each a
-// (psi half2, phi half2) pair.
-__device__ __forceinline__ void gather_row_samples(const unsigned char* windows, const std::int32_t* offsets,
-                                                   int window_pitch_bytes, int quad, int step, uint2 (&samples)[4]) {
+// One k16 step's A registers of a row-route warp: exposures q and q + 4 of the step, rows g and
+// g + 8 of the warp's 16 (window rows offset + g), as (psi real, psi imaginary, phi real, phi
+// imaginary) rows of the real block form.
+__device__ __forceinline__ void gather_row_operands(const unsigned char* windows, const std::int32_t* offsets,
+                                                    int window_pitch_bytes, int quad, int step,
+                                                    std::uint32_t (&operands)[4][4]) {
   const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
   const unsigned char* lo = windows + e_lo * window_pitch_bytes + offsets[e_lo] * 8;
   const unsigned char* hi = windows + e_hi * window_pitch_bytes + offsets[e_hi] * 8;
-  samples[0] = *reinterpret_cast<const uint2*>(lo);
-  samples[1] = *reinterpret_cast<const uint2*>(lo + 64);
-  samples[2] = *reinterpret_cast<const uint2*>(hi);
-  samples[3] = *reinterpret_cast<const uint2*>(hi + 64);
+  const uint2 samples[4] = {*reinterpret_cast<const uint2*>(lo), *reinterpret_cast<const uint2*>(lo + 64),
+                            *reinterpret_cast<const uint2*>(hi), *reinterpret_cast<const uint2*>(hi + 64)};
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    block_pairs(samples[r].x, operands[0][r], operands[1][r]);
+    block_pairs(samples[r].y, operands[2][r], operands[3][r]);
+  }
 }
 
+// The row mma kernel gives each row b two warps, each on one half of the block's n8 tiles (the
+// first ceil(tiles / 2), the second the rest): 8 warps per CTA and, at two CTAs per SM, four warps
+// per SM sub-partition. With one warp per row b (144 accumulators, 242 registers) two warps
+// shared a sub-partition, and they kept the tensor pipe 65% busy on `dense` (H100, Nsight
+// Compute): a warp alone issued products no faster when its neighbours had none to issue, so the
+// limit was each warp's own issue, not the pipe. The halves read the same rows b (the window
+// loads are made twice) and split the B tiles; 80 accumulators fit the 128 registers.
+constexpr int kRowHalves = 2;
+constexpr int kRowThreads = kRowHalves * kThreads;
+
 template <int kColumnTiles>
-__global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p) {
+__global__ void __launch_bounds__(kRowThreads, 2) contract_rows_kernel(RowParams p) {
   using L = RowLayout<kColumnTiles>;
+  constexpr int kHalfTiles = (kColumnTiles + 1) / 2;  // the first half's; the second has one fewer if odd
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row_warp = warp % kWarps, half = warp / kWarps;
   const int group = lane >> 2, quad = lane & 3;
   const int tile = blockIdx.x;
   const int row0 = (tile % p.row_tiles) * kRows;  // region row of the CTA's first row
   const int b_cta = p.b_begin + (tile / p.row_tiles) * kWarps;
-  const int b = b_cta + warp;
-  const int a0 = blockIdx.y * kColumnTiles * 4;  // first velocity of the block
+  const int b = b_cta + row_warp;
+  const int a0 = blockIdx.y * kColumnTiles * 8;
+  const int first_tile = half * kHalfTiles;
+  const bool skips_last_tile = half == 1 && kColumnTiles % 2 == 1;
   const int mx = blockIdx.z;
-  const int stage_bytes = row_stage_bytes(kColumnTiles, p.window_pitch);
+  const int stage_bytes = L::stage_bytes(p.window_pitch);
 
   // The group's window starts for every exposure first, then the stages.
   unsigned char* stages = smem + L::starts_bytes(p.exposures_padded);
-  const RowWindowCopies window_copies(p, mx, row0, b_cta, reinterpret_cast<std::int32_t*>(smem), L::y_bytes,
-                                      L::y_bytes + L::offset_bytes);
+  const RowWindowCopies<kRowThreads> window_copies(p, mx, row0, b_cta, reinterpret_cast<std::int32_t*>(smem),
+                                                   L::y_bytes, L::y_bytes + L::offset_bytes);
   const int chunks = p.exposures_padded / kChunk;
   const std::size_t E = p.exposures_padded;
-  const RowShare<kColumnTiles * 8, 8, kThreads> x_rows;
-  const __half2* x_src =
-      p.x_phases + (std::size_t(mx) * 2 * p.va_padded + 2 * a0 + x_rows.row0) * E + x_rows.part * 4;
+  const RowShare<kColumnTiles * 8, 8, kRowThreads> x_rows;
+  const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
   const int x_dst = x_rows.row0 * kYRowBytes + x_rows.part * 16;
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * stage_bytes;
@@ -668,53 +661,32 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
                 decltype(x_rows)::rows_per_pass * E);
     window_copies.copy(st, e0);
   };
-  prime_pipeline<L::stages - 1>(chunks, load_stage);
+  prime_pipeline<kRowStages - 1>(chunks, load_stage);
 
-  float acc[2][kColumnTiles][4];  // [channel][n8 tile][fragment]: (real, imaginary) of rows g, g + 8
-#pragma unroll
-  for (int c = 0; c < 2; ++c)
-#pragma unroll
-    for (int n = 0; n < kColumnTiles; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[c][n][i] = 0.0f;
-  const int ld_row = ((lane >> 4) * 8 + (lane & 7)) * kYRowBytes + ((lane >> 3) & 1) * 16;
-  const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
+  float acc[2][2][kHalfTiles][4];  // [channel][real, imaginary][n8 tile of the half][fragment]
+  zero_accumulators(acc);
+  const int tiles_at = first_tile * 8 * kYRowBytes;
+  const int ld_row = tiles_at + ((lane >> 4) * 8 + (lane & 7)) * kYRowBytes + ((lane >> 3) & 1) * 16;
+  const int ld_row_x2 = tiles_at + (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
   const int window_pitch_bytes = p.window_pitch * 8;
-  // A warp past the grid's last row b (in a group of four cut short) copies but skips the
-  // products, leaving the tensor cores to the warps beside it.
-  const bool computes = b < p.b_end;
 
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    advance_pipeline<L::stages>(chunk, chunks, load_stage);
-    if (!computes) continue;
-    const unsigned char* st = stages + (chunk % L::stages) * stage_bytes;
-    const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + warp * kChunk;
+    advance_pipeline<kRowStages>(chunk, chunks, load_stage);
+    const unsigned char* st = stages + (chunk % kRowStages) * stage_bytes;
+    const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + row_warp * kChunk;
     const unsigned char* windows = st + L::y_bytes + L::offset_bytes + group * 8;
-#pragma unroll
+#pragma unroll 2
     for (int step = 0; step < kChunk / 8; ++step) {
-      uint2 samples[4];
-      gather_row_samples(windows, offsets, window_pitch_bytes, quad, step, samples);
-      const std::uint32_t psi[4] = {samples[0].x, samples[1].x, samples[2].x, samples[3].x};
-      const std::uint32_t phi[4] = {samples[0].y, samples[1].y, samples[2].y, samples[3].y};
-      table_products<kColumnTiles, kYRowBytes>(st + step * 32, ld_row, ld_row_x2, psi, phi, acc);
+      std::uint32_t operands[4][4];
+      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, operands);
+      const unsigned char* ystep = st + step * 32;
+      column_products<kHalfTiles>(ystep, ld_row, ld_row_x2, operands, acc, skips_last_tile);
     }
   }
 
-  if (!computes) return;
-  // Fragment elements 2h, 2h + 1 of tile n: columns 2 (4n + quad) and its successor, i.e. the real
-  // and imaginary output of velocity a0 + 4n + quad at the warp's row group + 8h.
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = row0 + group + 8 * half;
-    if (row >= p.region_height) continue;
-#pragma unroll
-    for (int n = 0; n < kColumnTiles; ++n) {
-      const int a = a0 + 4 * n + quad;
-      if (a < p.va)
-        store_row_output(p, mx, row, b, a, make_float2(acc[0][n][2 * half], acc[0][n][2 * half + 1]),
-                         make_float2(acc[1][n][2 * half], acc[1][n][2 * half + 1]));
-    }
-  }
+  const int half_a0 = a0 + first_tile * 8;
+  write_row_outputs<kHalfTiles>(p, mx, row0, b, half_a0, min(p.va, a0 + kColumnTiles * 8), group, quad,
+                                [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
 }
 
 // The row route on wgmma: the CTA's warpgroup (4 rows b x 16 rows y = 64 rows) issues m64n72k16
@@ -743,7 +715,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
   const int stage_bytes = RowWgmmaLayout::stage_bytes(p.window_pitch);
 
   unsigned char* stages = smem + p.exposures_padded * 4;
-  const RowWindowCopies window_copies(p, mx, row0, b_cta, reinterpret_cast<std::int32_t*>(smem), WgmmaLayout::y_bytes,
+  const RowWindowCopies<kThreads> window_copies(p, mx, row0, b_cta, reinterpret_cast<std::int32_t*>(smem), WgmmaLayout::y_bytes,
                                       WgmmaLayout::y_bytes + RowWgmmaLayout::offset_bytes);
   const int chunks = p.exposures_padded / kChunk;
   const std::size_t E = p.exposures_padded;
@@ -786,13 +758,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
       const int buffer = step & 1;  // kChunk / 8 is even: the parity carries across chunks
       // The products that read this buffer two steps ago must be done before it is rewritten.
       warpgroup_wait<1>();
-      uint2 samples[4];
-      gather_row_samples(windows, offsets, window_pitch_bytes, quad, step, samples);
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {  // the A-side real block form: (Xr, -Xi) and (Xi, Xr) rows per channel
-        block_pairs(samples[r].x, a[buffer][0][r], a[buffer][1][r]);
-        block_pairs(samples[r].y, a[buffer][2][r], a[buffer][3][r]);
-      }
+      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, a[buffer]);
       const std::uint64_t desc = matrix_descriptor(st + step * 2 * 128, 128, WgmmaLayout::group_bytes);
       warpgroup_fence();
 #pragma unroll
@@ -809,13 +775,8 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
   for (int k = 0; k < 4; ++k)
 #pragma unroll
     for (int i = 0; i < 36; ++i) pin(acc[k][i]);
-  if (b >= p.b_end) return;
-  for_each_fragment_element<9>(a0, p.va, group, quad, [&](int row) { return row0 + row < p.region_height; },
-                               [&](int row, int a, int n, int i) {
-                                 store_row_output(p, mx, row0 + row, b, a,
-                                                  make_float2(acc[0][4 * n + i], acc[1][4 * n + i]),
-                                                  make_float2(acc[2][4 * n + i], acc[3][4 * n + i]));
-                               });
+  write_row_outputs<9>(p, mx, row0, b, a0, p.va, group, quad,
+                       [&](int c, int r, int n, int i) { return acc[c * 2 + r][4 * n + i]; });
 }
 
 // --- fractional (bilinear) shifts ---------------------------------------------------------------
@@ -884,6 +845,26 @@ __device__ __forceinline__ void fractional_b(float2 whole, float2 step, float f,
   const float2 B2 = cfma(cscale(y.cross, 0.5f), half2_value(diagonal), cmul(y.squares, half2_value(covariance.x)));
   rounded_pairs(B1, a[0][r], a[1][r]);
   rounded_pairs(B2, a[2][r], a[3][r]);
+}
+
+// acc[r][n] += operands[r] x table (n8 tiles of the shared x table at `table`), r = real, imaginary.
+template <int kColumnTiles>
+__device__ __forceinline__ void table_products(const unsigned char* table, int ld_row, int ld_row_x2,
+                                               const std::uint32_t (&real_pairs)[4],
+                                               const std::uint32_t (&imag_pairs)[4],
+                                               float (&acc)[2][kColumnTiles][4]) {
+#pragma unroll
+  for (int n = 0; n < kColumnTiles; n += 2) {
+    std::uint32_t b0, b1, b2 = 0, b3 = 0;
+    if (n + 1 < kColumnTiles) load_matrix_x4(b0, b1, b2, b3, table + n * 8 * kFracYRowBytes + ld_row);
+    else load_matrix_x2(b0, b1, table + n * 8 * kFracYRowBytes + ld_row_x2);
+    mma_16x8x16(acc[0][n], real_pairs, b0, b1);
+    mma_16x8x16(acc[1][n], imag_pairs, b0, b1);
+    if (n + 1 < kColumnTiles) {
+      mma_16x8x16(acc[0][n + 1], real_pairs, b2, b3);
+      mma_16x8x16(acc[1][n + 1], imag_pairs, b2, b3);
+    }
+  }
 }
 
 template <int kColumnTiles>
@@ -975,7 +956,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_fractional_kernel(Fracti
           fractional_a((r & 1) ? phase_hi[shifts[e]] : phase_lo[shifts[e]], (r & 1) ? step_hi : step_lo,
                        fractions[e], psi, r, operands);
         }
-        table_products<kColumnTiles, kFracYRowBytes>(ystep, ld_row, ld_row_x2, operands[0], operands[1], acc[0]);
+        table_products<kColumnTiles>(ystep, ld_row, ld_row_x2, operands[0], operands[1], acc[0]);
       }
       {
         std::uint32_t operands[4][4];
@@ -989,8 +970,8 @@ __global__ void __launch_bounds__(kThreads, 2) contract_fractional_kernel(Fracti
           fractional_b((r & 1) ? phase_hi[shifts[e]] : phase_lo[shifts[e]], (r & 1) ? step_hi : step_lo,
                        fractions[e], phi, covariance, diagonal, r, operands);
         }
-        table_products<kColumnTiles, kFracYRowBytes>(ystep + L::table_bytes, ld_row, ld_row_x2, operands[0], operands[1], acc[1]);
-        table_products<kColumnTiles, kFracYRowBytes>(ystep + 2 * L::table_bytes, ld_row, ld_row_x2, operands[2], operands[3], acc[1]);
+        table_products<kColumnTiles>(ystep + L::table_bytes, ld_row, ld_row_x2, operands[0], operands[1], acc[1]);
+        table_products<kColumnTiles>(ystep + 2 * L::table_bytes, ld_row, ld_row_x2, operands[2], operands[3], acc[1]);
       }
     }
   }
@@ -1022,30 +1003,21 @@ __global__ void fractional_x_table_kernel(const std::int32_t* sx, const float* f
   tables[2 * total + idx] = __floats2half2_rn(t.cross.x, t.cross.y);
 }
 
-// x phases in FP16: table[mx][column][e] for mx < rows (nx, or nx / 2 + 1 on the row route),
-// zero for padded a and e. The plain form has one column per velocity a, exp(2 pi i mx sx[a,e] / nx)
-// = (Yr, Yi); the column form (the row mma kernel) two, 2a = (Yr, -Yi) and 2a + 1 = (Yi, Yr).
+// x phases in FP16: table[mx][a][e] = exp(2 pi i mx sx[a,e] / nx) for mx < rows (nx, or nx / 2 + 1
+// on the row route), zero for padded a and e.
 __global__ void x_phase_table_kernel(const std::int32_t* sx, const __half2* root_x, int nx, int rows, int va,
-                                     int va_padded, int exposures, int exposures_padded, bool column_form,
-                                     __half2* table) {
-  const int columns = column_form ? 2 * va_padded : va_padded;
+                                     int va_padded, int exposures, int exposures_padded, __half2* table) {
   const std::size_t idx = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::size_t total = std::size_t(rows) * columns * exposures_padded;
+  const std::size_t total = std::size_t(rows) * va_padded * exposures_padded;
   if (idx >= total) return;
   const int e = int(idx % exposures_padded);
-  const int column = int(idx / exposures_padded % columns);
-  const int a = column_form ? column / 2 : column;
+  const int a = int(idx / exposures_padded % va_padded);
+  const int mx = int(idx / (std::size_t(exposures_padded) * va_padded));
   __half2 value = __floats2half2_rn(0.0f, 0.0f);
   if (a < va && e < exposures) {
-    const int mx = int(idx / (std::size_t(exposures_padded) * columns));
     int j = int((long long)mx * sx[std::size_t(a) * exposures + e] % nx);
     if (j < 0) j += nx;
     value = root_x[j];
-    if (column_form) {
-      std::uint32_t real_output, imaginary_output;
-      block_pairs(half2_bits(value), real_output, imaginary_output);
-      value = bits_half2(column % 2 ? imaginary_output : real_output);
-    }
   }
   table[idx] = value;
 }
@@ -1085,8 +1057,7 @@ class TensorCoreEngine final : public SpectralEngine {
   // The row kernels keep the group's window starts of every exposure beside their stages.
   bool row_route_fits(const SpectralState& s) const override {
     const int bytes = forced_kernel() == "mma"
-                          ? tc::row_shared_bytes(std::min(tc::kMaxRowColumnTiles, (s.va + 3) / 4), s.window_pitch,
-                                                 s.exposures_padded)
+                          ? tc::RowLayout<tc::kMaxColumnTiles>::total_bytes(s.window_pitch, s.exposures_padded)
                           : tc::RowWgmmaLayout::total_bytes(s.window_pitch, s.exposures_padded);
     return bytes <= kSharedBudget;
   }
@@ -1097,6 +1068,7 @@ class TensorCoreEngine final : public SpectralEngine {
     } else {
       pack_half_spectra(s, tc::kWarps);
     }
+    column_tiles_ = std::min(tc::kMaxColumnTiles, (s.va + 7) / 8);
     // mma.sync (HMMA), the faster on `dense` on the H200 and on an H100; the environment variable
     // SHIFTSTACK_TC_KERNEL=mma|wgmma|wgmma-split forces one (for tests and timing).
     const std::string kernel = forced_kernel();
@@ -1105,21 +1077,12 @@ class TensorCoreEngine final : public SpectralEngine {
             "products per step are not built for wgmma)");
     use_wgmma_ = kernel != "mma";
     split_channels_ = kernel == "wgmma-split";
-    // Velocities per CTA: n8 tiles of 8 (the plain table) or of 4 (the row mma kernel's column form).
-    column_form_ = s.row_route && !use_wgmma_;
-    if (use_wgmma_) {
-      column_tiles_ = tc::kWgmmaColumns / 8;
-    } else if (column_form_) {
-      column_tiles_ = std::min(tc::kMaxRowColumnTiles, (s.va + 3) / 4);
-    } else {
-      column_tiles_ = std::min(tc::kMaxColumnTiles, (s.va + 7) / 8);
-    }
-    const int block_velocities = column_tiles_ * (column_form_ ? 4 : 8);
-    column_blocks_ = (s.va + block_velocities - 1) / block_velocities;
-    va_padded_ = column_blocks_ * block_velocities;
+    if (use_wgmma_) column_tiles_ = tc::kWgmmaColumns / 8;
+    column_blocks_ = (s.va + column_tiles_ * 8 - 1) / (column_tiles_ * 8);
+    va_padded_ = column_blocks_ * column_tiles_ * 8;
     const FourierGeometry& g = s.geometry;
     const int table_rows = s.row_route ? s.nxh() : g.nx;
-    table_stride_ = std::size_t(table_rows) * (column_form_ ? 2 : 1) * va_padded_ * s.exposures_padded;
+    table_stride_ = std::size_t(table_rows) * va_padded_ * s.exposures_padded;
     const unsigned blocks = unsigned((table_stride_ + 255) / 256);
     if (s.fractional) {
       x_phases_.resize(tc::kFracTables * table_stride_);
@@ -1129,8 +1092,9 @@ class TensorCoreEngine final : public SpectralEngine {
     } else {
       x_phases_.resize(table_stride_);
       tc::x_phase_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.get(), s.root_x_half.get(), g.nx, table_rows,
-                                                             s.va, va_padded_, s.exposures, s.exposures_padded,
-                                                             column_form_, x_phases_.get());
+                                                             s.va,
+                                                             va_padded_, s.exposures, s.exposures_padded,
+                                                             x_phases_.get());
     }
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
@@ -1141,8 +1105,7 @@ class TensorCoreEngine final : public SpectralEngine {
     } else if (s.row_route && use_wgmma_) {
       launch_rows_wgmma(s, b_begin, b_end);
     } else if (s.row_route) {
-      auto launch = [&]<int kTiles>() { launch_rows<kTiles>(s, b_begin, b_end); };
-      with_tiles<tc::kMaxRowColumnTiles>(column_tiles_, launch);
+      with_column_tiles([&]<int kTiles>() { launch_rows<kTiles>(s, b_begin, b_end); });
     } else if (use_wgmma_) {
       launch_wgmma(s, b_begin, b_end);
     } else {
@@ -1242,7 +1205,7 @@ class TensorCoreEngine final : public SpectralEngine {
 
   // One of the row kernels over the chunk's groups of rows b, row tiles and mx <= nx / 2.
   template <class Kernel>
-  void launch_row_kernel(Kernel kernel, int smem, SpectralState& s, int b_begin, int b_end) {
+  void launch_row_kernel(Kernel kernel, int threads, int smem, SpectralState& s, int b_begin, int b_end) {
     const tc::RowParams p = row_params(s, b_begin, b_end);
     require(smem <= kSharedBudget, "engine 'cuda-tc': the row route needs " + std::to_string(smem) +
                                        " bytes of shared memory per CTA (window starts of " +
@@ -1250,31 +1213,33 @@ class TensorCoreEngine final : public SpectralEngine {
     SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
     const dim3 grid(unsigned(row_groups * p.row_tiles), unsigned(column_blocks_), unsigned(s.nxh()));
-    kernel<<<grid, tc::kThreads, smem, s.stream>>>(p);
+    kernel<<<grid, threads, smem, s.stream>>>(p);
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
   void launch_rows_wgmma(SpectralState& s, int b_begin, int b_end) {
-    launch_row_kernel(tc::contract_rows_wgmma_kernel,
+    launch_row_kernel(tc::contract_rows_wgmma_kernel, tc::kThreads,
                       tc::RowWgmmaLayout::total_bytes(s.window_pitch, s.exposures_padded), s, b_begin, b_end);
   }
   template <int kColumnTiles>
   void launch_rows(SpectralState& s, int b_begin, int b_end) {
-    launch_row_kernel(tc::contract_rows_kernel<kColumnTiles>,
-                      tc::row_shared_bytes(kColumnTiles, s.window_pitch, s.exposures_padded), s, b_begin, b_end);
+    launch_row_kernel(tc::contract_rows_kernel<kColumnTiles>, tc::kRowThreads,
+                      tc::RowLayout<kColumnTiles>::total_bytes(s.window_pitch, s.exposures_padded), s, b_begin, b_end);
   }
 
-  // Calls launch.operator()<tiles>() for 1 <= tiles <= kMaxTiles (the kernels are instantiated
-  // for each count).
-  template <int kMaxTiles, int kTiles = 1, class Launch>
-  static void with_tiles(int tiles, Launch& launch) {
-    if constexpr (kTiles < kMaxTiles) {
-      if (tiles > kTiles) return with_tiles<kMaxTiles, kTiles + 1>(tiles, launch);
-    }
-    launch.template operator()<kTiles>();
-  }
+  // Calls launch.operator()<column_tiles_>() (kernels are instantiated for 1 to 9 n8 tiles).
   template <class Launch>
   void with_column_tiles(Launch&& launch) const {
-    with_tiles<tc::kMaxColumnTiles>(column_tiles_, launch);
+    switch (column_tiles_) {
+      case 1: launch.template operator()<1>(); break;
+      case 2: launch.template operator()<2>(); break;
+      case 3: launch.template operator()<3>(); break;
+      case 4: launch.template operator()<4>(); break;
+      case 5: launch.template operator()<5>(); break;
+      case 6: launch.template operator()<6>(); break;
+      case 7: launch.template operator()<7>(); break;
+      case 8: launch.template operator()<8>(); break;
+      default: launch.template operator()<9>(); break;
+    }
   }
 
   template <int kColumnTiles>
@@ -1296,7 +1261,7 @@ class TensorCoreEngine final : public SpectralEngine {
 
   int column_tiles_ = 0, column_blocks_ = 0, va_padded_ = 0;
   std::size_t table_stride_ = 0;  // half2 per x table
-  bool use_wgmma_ = false, split_channels_ = false, column_form_ = false;
+  bool use_wgmma_ = false, split_channels_ = false;
   DeviceArray<__half2> x_phases_;
 };
 
