@@ -308,8 +308,8 @@ TEST(GpuFourier, FusedScoringSwitchRefusesOtherValues) {
 // offsets) against the reference gather and against the planar route (SHIFTSTACK_TC_ROUTE=planes):
 // exposures that are not a multiple of the 32 of a chunk, groups of four rows b cut short by the
 // grid, several velocity chunks, regions offset in both axes and not a multiple of 16 rows,
-// windows that hold a spread of the group's shifts, and velocity counts that fill the mma
-// kernel's halves of a block unevenly, or more than one block of 72. A coarse vy grid, whose rows b spread beyond
+// windows that hold a spread of the group's shifts, and velocity counts of a few n8 tiles, or of
+// more than one block of the mma kernel's 68 velocities (its last tile in the column form). A coarse vy grid, whose rows b spread beyond
 // the 32 rows a window holds, takes the planar route.
 TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
@@ -325,8 +325,8 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
       {12, 48, 40, 5, 7, 6, Region{0, 0, 48, 40}, nullptr, true},
       {45, 52, 61, 6, 9, 9, Region{3, 7, 44, 37}, "4", true},
       {33, 50, 70, 3, 13, 12, Region{5, 2, 40, 66}, nullptr, true},
-      {40, 48, 48, 9, 6, 8, Region{0, 0, 48, 48}, nullptr, true},     // 2 tiles: halves of one tile each
-      {16, 48, 48, 75, 5, 6, Region{2, 1, 40, 41}, nullptr, true},    // two blocks: 9 tiles, then 2
+      {40, 48, 48, 9, 6, 8, Region{0, 0, 48, 48}, nullptr, true},     // 2 n8 tiles
+      {16, 48, 48, 75, 5, 6, Region{2, 1, 40, 41}, nullptr, true},    // blocks of 68 velocities, then 7
       {20, 110, 110, 4, 3, 40, Region{0, 0, 110, 110}, nullptr, false},  // about 20 px between rows b
   };
   for (const Shape& shape : shapes) {

@@ -223,18 +223,17 @@ __device__ __forceinline__ void form_operands(const StepInputs& in, std::uint32_
 
 // One k16 step of the integer mma.sync kernels: both channels' real and imaginary rows
 // (operands[c * 2 + r]) against every n8 tile of the x table at ystep (ldmatrix rows ld_row,
-// ld_row_x2 for a last odd tile, which skips_last_tile leaves out).
+// ld_row_x2 for a last odd tile).
 template <int kColumnTiles>
 __device__ __forceinline__ void column_products(const unsigned char* ystep, int ld_row, int ld_row_x2,
                                                 const std::uint32_t (&operands)[4][4],
-                                                float (&acc)[2][2][kColumnTiles][4], bool skips_last_tile = false) {
+                                                float (&acc)[2][2][kColumnTiles][4]) {
 #pragma unroll
   for (int n = 0; n < kColumnTiles; n += 2) {
     std::uint32_t b0, b1, b2 = 0, b3 = 0;
     if (n + 1 < kColumnTiles) {
       load_matrix_x4(b0, b1, b2, b3, ystep + n * 8 * kYRowBytes + ld_row);
     } else {
-      if (skips_last_tile) break;  // an odd last tile (warp-uniform)
       load_matrix_x2(b0, b1, ystep + n * 8 * kYRowBytes + ld_row_x2);
     }
 #pragma unroll
@@ -542,17 +541,16 @@ struct RowLayout {
 // dependent multiplies on the contraction's critical path). Loads the group's window starts into
 // shared memory at `starts` first (every copy needs one).
 constexpr int kWindowSlots = kMaxWindowRows / 2;
-template <int kBlockThreads>
+static_assert(kThreads % kWindowSlots == 0 && kChunk % (kThreads / kWindowSlots) == 0);
 struct RowWindowCopies {
-  static_assert(kBlockThreads % kWindowSlots == 0 && kChunk % (kBlockThreads / kWindowSlots) == 0);
-  static constexpr int exposures_per_pass = kBlockThreads / kWindowSlots;
+  static constexpr int exposures_per_pass = kThreads / kWindowSlots;
   const RowParams& p;
   const std::int32_t* starts;
   const uint2* source;  // this thread's slot in exposure 0's tile rows at this mx
   int first_exposure;   // this thread copies exposures first_exposure + k exposures_per_pass
   bool copies;          // its slot is one of the window's
   int destination;      // bytes into the windows of its first copy
-  RowShare<kWarps, 8, kBlockThreads> offset_rows;
+  RowShare<kWarps, 8, kThreads> offset_rows;
   const std::int32_t* offset_src;
   int offset_dst;
   __device__ RowWindowCopies(const RowParams& params, int mx, int row0, int b_cta, std::int32_t* group_starts,
@@ -567,7 +565,7 @@ struct RowWindowCopies {
     offset_src = p.row_in_window + std::size_t(b_cta + offset_rows.row0) * p.exposures_padded + offset_rows.part * 4;
     offset_dst = offsets_at + offset_rows.row0 * kShiftRowBytes + offset_rows.part * 16;
     const std::int32_t* group = p.window_start + std::size_t(b_cta / kWarps) * p.exposures_padded;
-    for (int e = threadIdx.x; e < p.exposures_padded; e += kBlockThreads) group_starts[e] = group[e];
+    for (int e = threadIdx.x; e < p.exposures_padded; e += kThreads) group_starts[e] = group[e];
     __syncthreads();
   }
   __device__ __forceinline__ void copy(unsigned char* stage, int e0) const {
@@ -582,34 +580,43 @@ struct RowWindowCopies {
   }
 };
 
-// The row route's epilogue: the per-mx scales and 1 / nx, rows y of the region only, columns
-// a0 <= a < a_end, mx and its mirror (store_both_channels_x); value(c, r, n, i) as in write_outputs.
+// The row route's epilogue for one output of velocity (b, a) at region row y: the per-mx scales
+// and 1 / nx, mx and its mirror (store_both_channels_x).
+__device__ __forceinline__ void store_row_output(const RowParams& p, int mx, int y, int b, int a, float2 psi,
+                                                 float2 phi) {
+  const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
+  float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
+  store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + y,
+                        make_float2(psi.x * scale_psi, psi.y * scale_psi),
+                        make_float2(phi.x * scale_phi, phi.y * scale_phi));
+}
+// ... for the n8 tiles of columns a0 <= a < a_end, rows of the region only; value(c, r, n, i) as in
+// write_outputs.
 template <int kColumnTiles, class Value>
 __device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, int row0, int b, int a0, int a_end,
                                                   int group, int quad, Value value) {
   if (b >= p.b_end) return;
-  const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
   for_each_fragment_element<kColumnTiles>(
       a0, a_end, group, quad, [&](int row) { return row0 + row < p.region_height; },
       [&](int row, int a, int n, int i) {
-        float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
-        store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row0 + row,
-                              make_float2(value(0, 0, n, i) * scale_psi, value(0, 1, n, i) * scale_psi),
-                              make_float2(value(1, 0, n, i) * scale_phi, value(1, 1, n, i) * scale_phi));
+        store_row_output(p, mx, row0 + row, b, a, make_float2(value(0, 0, n, i), value(0, 1, n, i)),
+                         make_float2(value(1, 0, n, i), value(1, 1, n, i)));
       });
 }
 
 // One k16 step's A registers of a row-route warp: exposures q and q + 4 of the step, rows g and
 // g + 8 of the warp's 16 (window rows offset + g), as (psi real, psi imaginary, phi real, phi
-// imaginary) rows of the real block form.
+// imaginary) rows of the real block form; `samples` keeps the (psi, phi) pairs as read.
 __device__ __forceinline__ void gather_row_operands(const unsigned char* windows, const std::int32_t* offsets,
                                                     int window_pitch_bytes, int quad, int step,
-                                                    std::uint32_t (&operands)[4][4]) {
+                                                    std::uint32_t (&operands)[4][4], uint2 (&samples)[4]) {
   const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
   const unsigned char* lo = windows + e_lo * window_pitch_bytes + offsets[e_lo] * 8;
   const unsigned char* hi = windows + e_hi * window_pitch_bytes + offsets[e_hi] * 8;
-  const uint2 samples[4] = {*reinterpret_cast<const uint2*>(lo), *reinterpret_cast<const uint2*>(lo + 64),
-                            *reinterpret_cast<const uint2*>(hi), *reinterpret_cast<const uint2*>(hi + 64)};
+  samples[0] = *reinterpret_cast<const uint2*>(lo);
+  samples[1] = *reinterpret_cast<const uint2*>(lo + 64);
+  samples[2] = *reinterpret_cast<const uint2*>(hi);
+  samples[3] = *reinterpret_cast<const uint2*>(hi + 64);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     block_pairs(samples[r].x, operands[0][r], operands[1][r]);
@@ -617,42 +624,41 @@ __device__ __forceinline__ void gather_row_operands(const unsigned char* windows
   }
 }
 
-// The row mma kernel gives each row b two warps, each on one half of the block's n8 tiles (the
-// first ceil(tiles / 2), the second the rest): 8 warps per CTA and, at two CTAs per SM, four warps
-// per SM sub-partition. With one warp per row b (144 accumulators, 242 registers) two warps
-// shared a sub-partition, and they kept the tensor pipe 65% busy on `dense` (H100, Nsight
-// Compute): a warp alone issued products no faster when its neighbours had none to issue, so the
-// limit was each warp's own issue, not the pipe. The halves read the same rows b (the window
-// loads are made twice) and split the B tiles; 80 accumulators fit the 128 registers.
-constexpr int kRowHalves = 2;
-constexpr int kRowThreads = kRowHalves * kThreads;
+// A block of the full 9 n8 tiles puts the real block form of its last tile on the column side
+// (kPairedColumns): that tile holds 4 velocities, columns (Yr, -Yi) for the real output and
+// (Yi, Yr) for the imaginary one, against the samples as read, so it costs 2 products per k16 step
+// where a tile of 8 velocities costs 4. A block is then 68 velocities (65 used on `dense`) in 34
+// products per step, where 72 took 36.
+template <int kColumnTiles>
+constexpr bool kPairedLastTile = kColumnTiles == kMaxColumnTiles;
+template <int kColumnTiles>
+constexpr int kBlockVelocities = kPairedLastTile<kColumnTiles> ? kColumnTiles * 8 - 4 : kColumnTiles * 8;
 
 template <int kColumnTiles>
-__global__ void __launch_bounds__(kRowThreads, 2) contract_rows_kernel(RowParams p) {
+__global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p) {
   using L = RowLayout<kColumnTiles>;
-  constexpr int kHalfTiles = (kColumnTiles + 1) / 2;  // the first half's; the second has one fewer if odd
+  constexpr bool kPaired = kPairedLastTile<kColumnTiles>;
+  constexpr int kPlainTiles = kPaired ? kColumnTiles - 1 : kColumnTiles;
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row_warp = warp % kWarps, half = warp / kWarps;
   const int group = lane >> 2, quad = lane & 3;
   const int tile = blockIdx.x;
   const int row0 = (tile % p.row_tiles) * kRows;  // region row of the CTA's first row
   const int b_cta = p.b_begin + (tile / p.row_tiles) * kWarps;
-  const int b = b_cta + row_warp;
-  const int a0 = blockIdx.y * kColumnTiles * 8;
-  const int first_tile = half * kHalfTiles;
-  const bool skips_last_tile = half == 1 && kColumnTiles % 2 == 1;
+  const int b = b_cta + warp;
+  const int a0 = blockIdx.y * kBlockVelocities<kColumnTiles>;  // the block's first velocity
   const int mx = blockIdx.z;
   const int stage_bytes = L::stage_bytes(p.window_pitch);
 
   // The group's window starts for every exposure first, then the stages.
   unsigned char* stages = smem + L::starts_bytes(p.exposures_padded);
-  const RowWindowCopies<kRowThreads> window_copies(p, mx, row0, b_cta, reinterpret_cast<std::int32_t*>(smem),
-                                                   L::y_bytes, L::y_bytes + L::offset_bytes);
+  const RowWindowCopies window_copies(p, mx, row0, b_cta, reinterpret_cast<std::int32_t*>(smem), L::y_bytes,
+                                      L::y_bytes + L::offset_bytes);
   const int chunks = p.exposures_padded / kChunk;
   const std::size_t E = p.exposures_padded;
-  const RowShare<kColumnTiles * 8, 8, kRowThreads> x_rows;
-  const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
+  const RowShare<kColumnTiles * 8, 8, kThreads> x_rows;
+  const std::size_t table_row0 = std::size_t(mx) * p.va_padded + blockIdx.y * kColumnTiles * 8;
+  const __half2* x_src = p.x_phases + (table_row0 + x_rows.row0) * E + x_rows.part * 4;
   const int x_dst = x_rows.row0 * kYRowBytes + x_rows.part * 16;
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * stage_bytes;
@@ -663,30 +669,52 @@ __global__ void __launch_bounds__(kRowThreads, 2) contract_rows_kernel(RowParams
   };
   prime_pipeline<kRowStages - 1>(chunks, load_stage);
 
-  float acc[2][2][kHalfTiles][4];  // [channel][real, imaginary][n8 tile of the half][fragment]
+  float acc[2][2][kPlainTiles][4];  // [channel][real, imaginary][n8 tile][fragment]
   zero_accumulators(acc);
-  const int tiles_at = first_tile * 8 * kYRowBytes;
-  const int ld_row = tiles_at + ((lane >> 4) * 8 + (lane & 7)) * kYRowBytes + ((lane >> 3) & 1) * 16;
-  const int ld_row_x2 = tiles_at + (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
+  float paired[2][4] = {};  // the paired tile's [channel][fragment]: (real, imaginary) of rows g, g + 8
+  const int ld_row = ((lane >> 4) * 8 + (lane & 7)) * kYRowBytes + ((lane >> 3) & 1) * 16;
+  const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
   const int window_pitch_bytes = p.window_pitch * 8;
 
   for (int chunk = 0; chunk < chunks; ++chunk) {
     advance_pipeline<kRowStages>(chunk, chunks, load_stage);
     const unsigned char* st = stages + (chunk % kRowStages) * stage_bytes;
-    const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + row_warp * kChunk;
+    const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + warp * kChunk;
     const unsigned char* windows = st + L::y_bytes + L::offset_bytes + group * 8;
-#pragma unroll 2
+#pragma unroll
     for (int step = 0; step < kChunk / 8; ++step) {
       std::uint32_t operands[4][4];
-      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, operands);
+      uint2 samples[4];
+      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, operands, samples);
       const unsigned char* ystep = st + step * 32;
-      column_products<kHalfTiles>(ystep, ld_row, ld_row_x2, operands, acc, skips_last_tile);
+      column_products<kPlainTiles>(ystep, ld_row, ld_row_x2, operands, acc);
+      if constexpr (kPaired) {
+        std::uint32_t b0, b1;
+        load_matrix_x2(b0, b1, ystep + kPlainTiles * 8 * kYRowBytes + ld_row_x2);
+        const std::uint32_t psi[4] = {samples[0].x, samples[1].x, samples[2].x, samples[3].x};
+        const std::uint32_t phi[4] = {samples[0].y, samples[1].y, samples[2].y, samples[3].y};
+        mma_16x8x16(paired[0], psi, b0, b1);
+        mma_16x8x16(paired[1], phi, b0, b1);
+      }
     }
   }
 
-  const int half_a0 = a0 + first_tile * 8;
-  write_row_outputs<kHalfTiles>(p, mx, row0, b, half_a0, min(p.va, a0 + kColumnTiles * 8), group, quad,
-                                [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
+  const int a_end = min(p.va, a0 + kBlockVelocities<kColumnTiles>);
+  write_row_outputs<kPlainTiles>(p, mx, row0, b, a0, a_end, group, quad,
+                                 [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
+  if constexpr (kPaired) {
+    // Fragment elements 2h, 2h + 1: columns 2 quad, 2 quad + 1 of the tile, the real and imaginary
+    // output of velocity a0 + 8 kPlainTiles + quad at row group + 8h.
+    const int a = a0 + kPlainTiles * 8 + quad;
+    if (b < p.b_end && a < a_end)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + group + 8 * half;
+        if (row < p.region_height)
+          store_row_output(p, mx, row, b, a, make_float2(paired[0][2 * half], paired[0][2 * half + 1]),
+                           make_float2(paired[1][2 * half], paired[1][2 * half + 1]));
+      }
+  }
 }
 
 // The row route on wgmma: the CTA's warpgroup (4 rows b x 16 rows y = 64 rows) issues m64n72k16
@@ -715,7 +743,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
   const int stage_bytes = RowWgmmaLayout::stage_bytes(p.window_pitch);
 
   unsigned char* stages = smem + p.exposures_padded * 4;
-  const RowWindowCopies<kThreads> window_copies(p, mx, row0, b_cta, reinterpret_cast<std::int32_t*>(smem), WgmmaLayout::y_bytes,
+  const RowWindowCopies window_copies(p, mx, row0, b_cta, reinterpret_cast<std::int32_t*>(smem), WgmmaLayout::y_bytes,
                                       WgmmaLayout::y_bytes + RowWgmmaLayout::offset_bytes);
   const int chunks = p.exposures_padded / kChunk;
   const std::size_t E = p.exposures_padded;
@@ -758,7 +786,8 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
       const int buffer = step & 1;  // kChunk / 8 is even: the parity carries across chunks
       // The products that read this buffer two steps ago must be done before it is rewritten.
       warpgroup_wait<1>();
-      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, a[buffer]);
+      uint2 samples[4];
+      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, a[buffer], samples);
       const std::uint64_t desc = matrix_descriptor(st + step * 2 * 128, 128, WgmmaLayout::group_bytes);
       warpgroup_fence();
 #pragma unroll
@@ -1003,21 +1032,36 @@ __global__ void fractional_x_table_kernel(const std::int32_t* sx, const float* f
   tables[2 * total + idx] = __floats2half2_rn(t.cross.x, t.cross.y);
 }
 
-// x phases in FP16: table[mx][a][e] = exp(2 pi i mx sx[a,e] / nx) for mx < rows (nx, or nx / 2 + 1
-// on the row route), zero for padded a and e.
+// x phases in FP16: table[mx][row][e] for mx < rows (nx, or nx / 2 + 1 on the row route), zero
+// for padded a and e; row a = exp(2 pi i mx sx[a,e] / nx) = (Yr, Yi). With paired_blocks, each
+// block of 72 rows is 64 velocities a and the last tile of contract_rows_kernel in the column form:
+// row 64 + 2j = (Yr, -Yi), row 64 + 2j + 1 = (Yi, Yr) of velocity 64 + j (68 velocities a block).
 __global__ void x_phase_table_kernel(const std::int32_t* sx, const __half2* root_x, int nx, int rows, int va,
-                                     int va_padded, int exposures, int exposures_padded, __half2* table) {
+                                     int table_rows, int exposures, int exposures_padded, bool paired_blocks,
+                                     __half2* table) {
   const std::size_t idx = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::size_t total = std::size_t(rows) * va_padded * exposures_padded;
+  const std::size_t total = std::size_t(rows) * table_rows * exposures_padded;
   if (idx >= total) return;
   const int e = int(idx % exposures_padded);
-  const int a = int(idx / exposures_padded % va_padded);
-  const int mx = int(idx / (std::size_t(exposures_padded) * va_padded));
+  const int row = int(idx / exposures_padded % table_rows);
+  int a = row, paired_part = -1;  // -1: a row of its own; else 0 (real output) or 1 (imaginary)
+  if (paired_blocks) {
+    constexpr int kBlockRows = kMaxColumnTiles * 8, kPlainRows = kBlockRows - 8;
+    const int block = row / kBlockRows, r = row % kBlockRows;
+    a = block * kBlockVelocities<kMaxColumnTiles> + (r < kPlainRows ? r : kPlainRows + (r - kPlainRows) / 2);
+    if (r >= kPlainRows) paired_part = (r - kPlainRows) % 2;
+  }
   __half2 value = __floats2half2_rn(0.0f, 0.0f);
   if (a < va && e < exposures) {
+    const int mx = int(idx / (std::size_t(exposures_padded) * table_rows));
     int j = int((long long)mx * sx[std::size_t(a) * exposures + e] % nx);
     if (j < 0) j += nx;
     value = root_x[j];
+    if (paired_part >= 0) {
+      std::uint32_t real_output, imaginary_output;
+      block_pairs(half2_bits(value), real_output, imaginary_output);
+      value = bits_half2(paired_part ? imaginary_output : real_output);
+    }
   }
   table[idx] = value;
 }
@@ -1078,7 +1122,12 @@ class TensorCoreEngine final : public SpectralEngine {
     use_wgmma_ = kernel != "mma";
     split_channels_ = kernel == "wgmma-split";
     if (use_wgmma_) column_tiles_ = tc::kWgmmaColumns / 8;
-    column_blocks_ = (s.va + column_tiles_ * 8 - 1) / (column_tiles_ * 8);
+    // The row mma kernel's full blocks take 68 velocities (tc::kPairedLastTile); va_padded_
+    // counts table rows, 8 per n8 tile.
+    paired_blocks_ = s.row_route && !use_wgmma_ && tc::kPairedLastTile<tc::kMaxColumnTiles> &&
+                     column_tiles_ == tc::kMaxColumnTiles;
+    const int block_velocities = paired_blocks_ ? tc::kBlockVelocities<tc::kMaxColumnTiles> : column_tiles_ * 8;
+    column_blocks_ = (s.va + block_velocities - 1) / block_velocities;
     va_padded_ = column_blocks_ * column_tiles_ * 8;
     const FourierGeometry& g = s.geometry;
     const int table_rows = s.row_route ? s.nxh() : g.nx;
@@ -1092,9 +1141,8 @@ class TensorCoreEngine final : public SpectralEngine {
     } else {
       x_phases_.resize(table_stride_);
       tc::x_phase_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.get(), s.root_x_half.get(), g.nx, table_rows,
-                                                             s.va,
-                                                             va_padded_, s.exposures, s.exposures_padded,
-                                                             x_phases_.get());
+                                                             s.va, va_padded_, s.exposures, s.exposures_padded,
+                                                             paired_blocks_, x_phases_.get());
     }
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
@@ -1205,7 +1253,7 @@ class TensorCoreEngine final : public SpectralEngine {
 
   // One of the row kernels over the chunk's groups of rows b, row tiles and mx <= nx / 2.
   template <class Kernel>
-  void launch_row_kernel(Kernel kernel, int threads, int smem, SpectralState& s, int b_begin, int b_end) {
+  void launch_row_kernel(Kernel kernel, int smem, SpectralState& s, int b_begin, int b_end) {
     const tc::RowParams p = row_params(s, b_begin, b_end);
     require(smem <= kSharedBudget, "engine 'cuda-tc': the row route needs " + std::to_string(smem) +
                                        " bytes of shared memory per CTA (window starts of " +
@@ -1213,16 +1261,16 @@ class TensorCoreEngine final : public SpectralEngine {
     SHIFTSTACK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const int row_groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps;
     const dim3 grid(unsigned(row_groups * p.row_tiles), unsigned(column_blocks_), unsigned(s.nxh()));
-    kernel<<<grid, threads, smem, s.stream>>>(p);
+    kernel<<<grid, tc::kThreads, smem, s.stream>>>(p);
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
   void launch_rows_wgmma(SpectralState& s, int b_begin, int b_end) {
-    launch_row_kernel(tc::contract_rows_wgmma_kernel, tc::kThreads,
+    launch_row_kernel(tc::contract_rows_wgmma_kernel,
                       tc::RowWgmmaLayout::total_bytes(s.window_pitch, s.exposures_padded), s, b_begin, b_end);
   }
   template <int kColumnTiles>
   void launch_rows(SpectralState& s, int b_begin, int b_end) {
-    launch_row_kernel(tc::contract_rows_kernel<kColumnTiles>, tc::kRowThreads,
+    launch_row_kernel(tc::contract_rows_kernel<kColumnTiles>,
                       tc::RowLayout<kColumnTiles>::total_bytes(s.window_pitch, s.exposures_padded), s, b_begin, b_end);
   }
 
@@ -1261,7 +1309,7 @@ class TensorCoreEngine final : public SpectralEngine {
 
   int column_tiles_ = 0, column_blocks_ = 0, va_padded_ = 0;
   std::size_t table_stride_ = 0;  // half2 per x table
-  bool use_wgmma_ = false, split_channels_ = false;
+  bool use_wgmma_ = false, split_channels_ = false, paired_blocks_ = false;
   DeviceArray<__half2> x_phases_;
 };
 
