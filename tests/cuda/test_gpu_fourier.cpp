@@ -309,8 +309,8 @@ TEST(GpuFourier, FusedScoringSwitchRefusesOtherValues) {
 // exposures that are not a multiple of the 32 of a chunk, groups of four rows b cut short by the
 // grid, several velocity chunks, regions offset in both axes and not a multiple of 16 rows,
 // windows that hold a spread of the group's shifts, and velocity counts of a few n8 tiles, or of
-// more than one block of the mma kernel's 68 velocities (its last tile in the column form). A coarse vy grid, whose rows b spread beyond
-// the 32 rows a window holds, takes the planar route.
+// more than one block of the mma kernel's 72 velocities. A coarse vy grid, whose rows b spread
+// beyond the 32 rows a window holds, takes the planar route.
 TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
   if (!device_present()) GTEST_SKIP() << "no CUDA device";
   auto reference = make_engine("reference");
@@ -326,7 +326,7 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
       {45, 52, 61, 6, 9, 9, Region{3, 7, 44, 37}, "4", true},
       {33, 50, 70, 3, 13, 12, Region{5, 2, 40, 66}, nullptr, true},
       {40, 48, 48, 9, 6, 8, Region{0, 0, 48, 48}, nullptr, true},     // 2 n8 tiles
-      {16, 48, 48, 75, 5, 6, Region{2, 1, 40, 41}, nullptr, true},    // blocks of 68 velocities, then 7
+      {16, 48, 48, 75, 5, 6, Region{2, 1, 40, 41}, nullptr, true},    // a block of 72 velocities, then 3
       {20, 110, 110, 4, 3, 40, Region{0, 0, 110, 110}, nullptr, false},  // about 20 px between rows b
   };
   for (const Shape& shape : shapes) {

@@ -580,43 +580,34 @@ struct RowWindowCopies {
   }
 };
 
-// The row route's epilogue for one output of velocity (b, a) at region row y: the per-mx scales
-// and 1 / nx, mx and its mirror (store_both_channels_x).
-__device__ __forceinline__ void store_row_output(const RowParams& p, int mx, int y, int b, int a, float2 psi,
-                                                 float2 phi) {
-  const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
-  float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
-  store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + y,
-                        make_float2(psi.x * scale_psi, psi.y * scale_psi),
-                        make_float2(phi.x * scale_phi, phi.y * scale_phi));
-}
-// ... for the n8 tiles of columns a0 <= a < a_end, rows of the region only; value(c, r, n, i) as in
-// write_outputs.
+// The row route's epilogue: the per-mx scales and 1 / nx, rows y of the region only, mx and its
+// mirror (store_both_channels_x); value(c, r, n, i) as in write_outputs.
 template <int kColumnTiles, class Value>
-__device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, int row0, int b, int a0, int a_end,
-                                                  int group, int quad, Value value) {
+__device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, int row0, int b, int a0, int group,
+                                                  int quad, Value value) {
   if (b >= p.b_end) return;
+  const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
   for_each_fragment_element<kColumnTiles>(
-      a0, a_end, group, quad, [&](int row) { return row0 + row < p.region_height; },
+      a0, p.va, group, quad, [&](int row) { return row0 + row < p.region_height; },
       [&](int row, int a, int n, int i) {
-        store_row_output(p, mx, row0 + row, b, a, make_float2(value(0, 0, n, i), value(0, 1, n, i)),
-                         make_float2(value(1, 0, n, i), value(1, 1, n, i)));
+        float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
+        store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row0 + row,
+                              make_float2(value(0, 0, n, i) * scale_psi, value(0, 1, n, i) * scale_psi),
+                              make_float2(value(1, 0, n, i) * scale_phi, value(1, 1, n, i) * scale_phi));
       });
 }
 
 // One k16 step's A registers of a row-route warp: exposures q and q + 4 of the step, rows g and
 // g + 8 of the warp's 16 (window rows offset + g), as (psi real, psi imaginary, phi real, phi
-// imaginary) rows of the real block form; `samples` keeps the (psi, phi) pairs as read.
+// imaginary) rows of the real block form.
 __device__ __forceinline__ void gather_row_operands(const unsigned char* windows, const std::int32_t* offsets,
                                                     int window_pitch_bytes, int quad, int step,
-                                                    std::uint32_t (&operands)[4][4], uint2 (&samples)[4]) {
+                                                    std::uint32_t (&operands)[4][4]) {
   const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
   const unsigned char* lo = windows + e_lo * window_pitch_bytes + offsets[e_lo] * 8;
   const unsigned char* hi = windows + e_hi * window_pitch_bytes + offsets[e_hi] * 8;
-  samples[0] = *reinterpret_cast<const uint2*>(lo);
-  samples[1] = *reinterpret_cast<const uint2*>(lo + 64);
-  samples[2] = *reinterpret_cast<const uint2*>(hi);
-  samples[3] = *reinterpret_cast<const uint2*>(hi + 64);
+  const uint2 samples[4] = {*reinterpret_cast<const uint2*>(lo), *reinterpret_cast<const uint2*>(lo + 64),
+                            *reinterpret_cast<const uint2*>(hi), *reinterpret_cast<const uint2*>(hi + 64)};
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     block_pairs(samples[r].x, operands[0][r], operands[1][r]);
@@ -624,21 +615,9 @@ __device__ __forceinline__ void gather_row_operands(const unsigned char* windows
   }
 }
 
-// A block of the full 9 n8 tiles puts the real block form of its last tile on the column side
-// (kPairedColumns): that tile holds 4 velocities, columns (Yr, -Yi) for the real output and
-// (Yi, Yr) for the imaginary one, against the samples as read, so it costs 2 products per k16 step
-// where a tile of 8 velocities costs 4. A block is then 68 velocities (65 used on `dense`) in 34
-// products per step, where 72 took 36.
-template <int kColumnTiles>
-constexpr bool kPairedLastTile = kColumnTiles == kMaxColumnTiles;
-template <int kColumnTiles>
-constexpr int kBlockVelocities = kPairedLastTile<kColumnTiles> ? kColumnTiles * 8 - 4 : kColumnTiles * 8;
-
 template <int kColumnTiles>
 __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p) {
   using L = RowLayout<kColumnTiles>;
-  constexpr bool kPaired = kPairedLastTile<kColumnTiles>;
-  constexpr int kPlainTiles = kPaired ? kColumnTiles - 1 : kColumnTiles;
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group = lane >> 2, quad = lane & 3;
@@ -646,7 +625,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   const int row0 = (tile % p.row_tiles) * kRows;  // region row of the CTA's first row
   const int b_cta = p.b_begin + (tile / p.row_tiles) * kWarps;
   const int b = b_cta + warp;
-  const int a0 = blockIdx.y * kBlockVelocities<kColumnTiles>;  // the block's first velocity
+  const int a0 = blockIdx.y * kColumnTiles * 8;
   const int mx = blockIdx.z;
   const int stage_bytes = L::stage_bytes(p.window_pitch);
 
@@ -657,8 +636,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   const int chunks = p.exposures_padded / kChunk;
   const std::size_t E = p.exposures_padded;
   const RowShare<kColumnTiles * 8, 8, kThreads> x_rows;
-  const std::size_t table_row0 = std::size_t(mx) * p.va_padded + blockIdx.y * kColumnTiles * 8;
-  const __half2* x_src = p.x_phases + (table_row0 + x_rows.row0) * E + x_rows.part * 4;
+  const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
   const int x_dst = x_rows.row0 * kYRowBytes + x_rows.part * 16;
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * stage_bytes;
@@ -669,9 +647,8 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   };
   prime_pipeline<kRowStages - 1>(chunks, load_stage);
 
-  float acc[2][2][kPlainTiles][4];  // [channel][real, imaginary][n8 tile][fragment]
+  float acc[2][2][kColumnTiles][4];  // [channel][real, imaginary][n8 tile][fragment]
   zero_accumulators(acc);
-  float paired[2][4] = {};  // the paired tile's [channel][fragment]: (real, imaginary) of rows g, g + 8
   const int ld_row = ((lane >> 4) * 8 + (lane & 7)) * kYRowBytes + ((lane >> 3) & 1) * 16;
   const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
   const int window_pitch_bytes = p.window_pitch * 8;
@@ -684,37 +661,14 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
 #pragma unroll
     for (int step = 0; step < kChunk / 8; ++step) {
       std::uint32_t operands[4][4];
-      uint2 samples[4];
-      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, operands, samples);
+      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, operands);
       const unsigned char* ystep = st + step * 32;
-      column_products<kPlainTiles>(ystep, ld_row, ld_row_x2, operands, acc);
-      if constexpr (kPaired) {
-        std::uint32_t b0, b1;
-        load_matrix_x2(b0, b1, ystep + kPlainTiles * 8 * kYRowBytes + ld_row_x2);
-        const std::uint32_t psi[4] = {samples[0].x, samples[1].x, samples[2].x, samples[3].x};
-        const std::uint32_t phi[4] = {samples[0].y, samples[1].y, samples[2].y, samples[3].y};
-        mma_16x8x16(paired[0], psi, b0, b1);
-        mma_16x8x16(paired[1], phi, b0, b1);
-      }
+      column_products<kColumnTiles>(ystep, ld_row, ld_row_x2, operands, acc);
     }
   }
 
-  const int a_end = min(p.va, a0 + kBlockVelocities<kColumnTiles>);
-  write_row_outputs<kPlainTiles>(p, mx, row0, b, a0, a_end, group, quad,
-                                 [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
-  if constexpr (kPaired) {
-    // Fragment elements 2h, 2h + 1: columns 2 quad, 2 quad + 1 of the tile, the real and imaginary
-    // output of velocity a0 + 8 kPlainTiles + quad at row group + 8h.
-    const int a = a0 + kPlainTiles * 8 + quad;
-    if (b < p.b_end && a < a_end)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = row0 + group + 8 * half;
-        if (row < p.region_height)
-          store_row_output(p, mx, row, b, a, make_float2(paired[0][2 * half], paired[0][2 * half + 1]),
-                           make_float2(paired[1][2 * half], paired[1][2 * half + 1]));
-      }
-  }
+  write_row_outputs<kColumnTiles>(p, mx, row0, b, a0, group, quad,
+                                  [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
 }
 
 // The row route on wgmma: the CTA's warpgroup (4 rows b x 16 rows y = 64 rows) issues m64n72k16
@@ -786,8 +740,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
       const int buffer = step & 1;  // kChunk / 8 is even: the parity carries across chunks
       // The products that read this buffer two steps ago must be done before it is rewritten.
       warpgroup_wait<1>();
-      uint2 samples[4];
-      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, a[buffer], samples);
+      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, a[buffer]);
       const std::uint64_t desc = matrix_descriptor(st + step * 2 * 128, 128, WgmmaLayout::group_bytes);
       warpgroup_fence();
 #pragma unroll
@@ -804,7 +757,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
   for (int k = 0; k < 4; ++k)
 #pragma unroll
     for (int i = 0; i < 36; ++i) pin(acc[k][i]);
-  write_row_outputs<9>(p, mx, row0, b, a0, p.va, group, quad,
+  write_row_outputs<9>(p, mx, row0, b, a0, group, quad,
                        [&](int c, int r, int n, int i) { return acc[c * 2 + r][4 * n + i]; });
 }
 
@@ -1032,36 +985,21 @@ __global__ void fractional_x_table_kernel(const std::int32_t* sx, const float* f
   tables[2 * total + idx] = __floats2half2_rn(t.cross.x, t.cross.y);
 }
 
-// x phases in FP16: table[mx][row][e] for mx < rows (nx, or nx / 2 + 1 on the row route), zero
-// for padded a and e; row a = exp(2 pi i mx sx[a,e] / nx) = (Yr, Yi). With paired_blocks, each
-// block of 72 rows is 64 velocities a and the last tile of contract_rows_kernel in the column form:
-// row 64 + 2j = (Yr, -Yi), row 64 + 2j + 1 = (Yi, Yr) of velocity 64 + j (68 velocities a block).
+// x phases in FP16: table[mx][a][e] = exp(2 pi i mx sx[a,e] / nx) for mx < rows (nx, or nx / 2 + 1
+// on the row route), zero for padded a and e.
 __global__ void x_phase_table_kernel(const std::int32_t* sx, const __half2* root_x, int nx, int rows, int va,
-                                     int table_rows, int exposures, int exposures_padded, bool paired_blocks,
-                                     __half2* table) {
+                                     int va_padded, int exposures, int exposures_padded, __half2* table) {
   const std::size_t idx = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::size_t total = std::size_t(rows) * table_rows * exposures_padded;
+  const std::size_t total = std::size_t(rows) * va_padded * exposures_padded;
   if (idx >= total) return;
   const int e = int(idx % exposures_padded);
-  const int row = int(idx / exposures_padded % table_rows);
-  int a = row, paired_part = -1;  // -1: a row of its own; else 0 (real output) or 1 (imaginary)
-  if (paired_blocks) {
-    constexpr int kBlockRows = kMaxColumnTiles * 8, kPlainRows = kBlockRows - 8;
-    const int block = row / kBlockRows, r = row % kBlockRows;
-    a = block * kBlockVelocities<kMaxColumnTiles> + (r < kPlainRows ? r : kPlainRows + (r - kPlainRows) / 2);
-    if (r >= kPlainRows) paired_part = (r - kPlainRows) % 2;
-  }
+  const int a = int(idx / exposures_padded % va_padded);
+  const int mx = int(idx / (std::size_t(exposures_padded) * va_padded));
   __half2 value = __floats2half2_rn(0.0f, 0.0f);
   if (a < va && e < exposures) {
-    const int mx = int(idx / (std::size_t(exposures_padded) * table_rows));
     int j = int((long long)mx * sx[std::size_t(a) * exposures + e] % nx);
     if (j < 0) j += nx;
     value = root_x[j];
-    if (paired_part >= 0) {
-      std::uint32_t real_output, imaginary_output;
-      block_pairs(half2_bits(value), real_output, imaginary_output);
-      value = bits_half2(paired_part ? imaginary_output : real_output);
-    }
   }
   table[idx] = value;
 }
@@ -1122,12 +1060,7 @@ class TensorCoreEngine final : public SpectralEngine {
     use_wgmma_ = kernel != "mma";
     split_channels_ = kernel == "wgmma-split";
     if (use_wgmma_) column_tiles_ = tc::kWgmmaColumns / 8;
-    // The row mma kernel's full blocks take 68 velocities (tc::kPairedLastTile); va_padded_
-    // counts table rows, 8 per n8 tile.
-    paired_blocks_ = s.row_route && !use_wgmma_ && tc::kPairedLastTile<tc::kMaxColumnTiles> &&
-                     column_tiles_ == tc::kMaxColumnTiles;
-    const int block_velocities = paired_blocks_ ? tc::kBlockVelocities<tc::kMaxColumnTiles> : column_tiles_ * 8;
-    column_blocks_ = (s.va + block_velocities - 1) / block_velocities;
+    column_blocks_ = (s.va + column_tiles_ * 8 - 1) / (column_tiles_ * 8);
     va_padded_ = column_blocks_ * column_tiles_ * 8;
     const FourierGeometry& g = s.geometry;
     const int table_rows = s.row_route ? s.nxh() : g.nx;
@@ -1141,8 +1074,9 @@ class TensorCoreEngine final : public SpectralEngine {
     } else {
       x_phases_.resize(table_stride_);
       tc::x_phase_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.get(), s.root_x_half.get(), g.nx, table_rows,
-                                                             s.va, va_padded_, s.exposures, s.exposures_padded,
-                                                             paired_blocks_, x_phases_.get());
+                                                             s.va,
+                                                             va_padded_, s.exposures, s.exposures_padded,
+                                                             x_phases_.get());
     }
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
@@ -1309,7 +1243,7 @@ class TensorCoreEngine final : public SpectralEngine {
 
   int column_tiles_ = 0, column_blocks_ = 0, va_padded_ = 0;
   std::size_t table_stride_ = 0;  // half2 per x table
-  bool use_wgmma_ = false, split_channels_ = false, paired_blocks_ = false;
+  bool use_wgmma_ = false, split_channels_ = false;
   DeviceArray<__half2> x_phases_;
 };
 
