@@ -544,10 +544,12 @@ constexpr int kWindowSlots = kMaxWindowRows / 2;
 static_assert(kThreads % kWindowSlots == 0 && kChunk % (kThreads / kWindowSlots) == 0);
 struct RowWindowCopies {
   static constexpr int exposures_per_pass = kThreads / kWindowSlots;
+  static constexpr int copies_per_chunk = kChunk / exposures_per_pass;
   const RowParams& p;
   const std::int32_t* starts;
-  const uint2* source;  // this thread's slot in exposure 0's tile rows at this mx
+  const uint2* source;  // this thread's slot in exposure first_exposure's tile rows at this mx
   int first_exposure;   // this thread copies exposures first_exposure + k exposures_per_pass
+  int pass_elements;    // pairs between its exposures: exposures_per_pass * row_span
   bool copies;          // its slot is one of the window's
   int destination;      // bytes into the windows of its first copy
   RowShare<kWarps, 8, kThreads> offset_rows;
@@ -561,6 +563,7 @@ struct RowWindowCopies {
     copies = slot < params.window_rows / 2;
     source = params.half_rows + std::size_t(mx) * params.exposures_padded * params.row_span + row0 + 2 * slot +
              std::size_t(first_exposure) * params.row_span;
+    pass_elements = exposures_per_pass * params.row_span;
     destination = windows_at + (first_exposure * params.window_pitch + 2 * slot) * 8;
     offset_src = p.row_in_window + std::size_t(b_cta + offset_rows.row0) * p.exposures_padded + offset_rows.part * 4;
     offset_dst = offsets_at + offset_rows.row0 * kShiftRowBytes + offset_rows.part * 16;
@@ -568,15 +571,27 @@ struct RowWindowCopies {
     for (int e = threadIdx.x; e < p.exposures_padded; e += kThreads) group_starts[e] = group[e];
     __syncthreads();
   }
-  __device__ __forceinline__ void copy(unsigned char* stage, int e0) const {
+  // This thread's window starts for the chunk at e0. The mma kernel reads them a chunk ahead, so
+  // that a stage's copies do not wait on shared memory (a load, then a dependent address, per copy).
+  __device__ __forceinline__ void read_starts(int e0, int (&values)[copies_per_chunk]) const {
+#pragma unroll
+    for (int k = 0; k < copies_per_chunk; ++k) values[k] = starts[e0 + first_exposure + k * exposures_per_pass];
+  }
+  // Offsets from `source` in 32 bits: an mx plane of half_rows holds fewer than 2^31 pairs
+  // (launch_row_kernel checks), so each copy's address is one wide multiply-add.
+  __device__ __forceinline__ void copy(unsigned char* stage, int e0, const int (&start_values)[copies_per_chunk]) const {
     offset_rows.copy(stage + offset_dst, 0, offset_src + e0, 0);
     if (!copies) return;
-    const uint2* from = source + std::size_t(e0) * p.row_span;
-    const std::int32_t* start = starts + e0 + first_exposure;
+    const int first = e0 * p.row_span;
 #pragma unroll
-    for (int k = 0; k < kChunk / exposures_per_pass; ++k)
+    for (int k = 0; k < copies_per_chunk; ++k)
       copy_async_16(stage + destination + k * exposures_per_pass * p.window_pitch * 8,
-                    from + std::size_t(k) * exposures_per_pass * p.row_span + start[k * exposures_per_pass]);
+                    source + (first + k * pass_elements + start_values[k]));
+  }
+  __device__ __forceinline__ void copy(unsigned char* stage, int e0) const {
+    int start_values[copies_per_chunk];
+    read_starts(e0, start_values);
+    copy(stage, e0, start_values);
   }
 };
 
@@ -638,12 +653,16 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   const RowShare<kColumnTiles * 8, 8, kThreads> x_rows;
   const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
   const int x_dst = x_rows.row0 * kYRowBytes + x_rows.part * 16;
+  // Stages load in chunk order, so each load reads the next chunk's window starts.
+  int next_starts[RowWindowCopies::copies_per_chunk];
+  window_copies.read_starts(0, next_starts);
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * stage_bytes;
     const int e0 = chunk * kChunk;
     x_rows.copy(st + x_dst, decltype(x_rows)::rows_per_pass * kYRowBytes, x_src + e0,
                 decltype(x_rows)::rows_per_pass * E);
-    window_copies.copy(st, e0);
+    window_copies.copy(st, e0, next_starts);
+    if (e0 + kChunk < p.exposures_padded) window_copies.read_starts(e0 + kChunk, next_starts);
   };
   prime_pipeline<kRowStages - 1>(chunks, load_stage);
 
@@ -1189,6 +1208,8 @@ class TensorCoreEngine final : public SpectralEngine {
   template <class Kernel>
   void launch_row_kernel(Kernel kernel, int smem, SpectralState& s, int b_begin, int b_end) {
     const tc::RowParams p = row_params(s, b_begin, b_end);
+    require(std::size_t(p.exposures_padded) * p.row_span < (std::size_t(1) << 31),
+            "engine 'cuda-tc': the row route's window copies address one x frequency's rows in 32 bits");
     require(smem <= kSharedBudget, "engine 'cuda-tc': the row route needs " + std::to_string(smem) +
                                        " bytes of shared memory per CTA (window starts of " +
                                        std::to_string(p.exposures_padded) + " exposures); set SHIFTSTACK_TC_ROUTE=planes");
