@@ -615,29 +615,19 @@ __device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, in
 // One k16 step's A registers of a row-route warp: exposures q and q + 4 of the step, rows g and
 // g + 8 of the warp's 16 (window rows offset + g), as (psi real, psi imaginary, phi real, phi
 // imaginary) rows of the real block form.
-__device__ __forceinline__ void read_row_samples(const unsigned char* windows, const std::int32_t* offsets,
-                                                 int window_pitch_bytes, int quad, int step, uint2 (&samples)[4]) {
+__device__ __forceinline__ void gather_row_operands(const unsigned char* windows, const std::int32_t* offsets,
+                                                    int window_pitch_bytes, int quad, int step,
+                                                    std::uint32_t (&operands)[4][4]) {
   const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
   const unsigned char* lo = windows + e_lo * window_pitch_bytes + offsets[e_lo] * 8;
   const unsigned char* hi = windows + e_hi * window_pitch_bytes + offsets[e_hi] * 8;
-  samples[0] = *reinterpret_cast<const uint2*>(lo);
-  samples[1] = *reinterpret_cast<const uint2*>(lo + 64);
-  samples[2] = *reinterpret_cast<const uint2*>(hi);
-  samples[3] = *reinterpret_cast<const uint2*>(hi + 64);
-}
-__device__ __forceinline__ void form_row_operands(const uint2 (&samples)[4], std::uint32_t (&operands)[4][4]) {
+  const uint2 samples[4] = {*reinterpret_cast<const uint2*>(lo), *reinterpret_cast<const uint2*>(lo + 64),
+                            *reinterpret_cast<const uint2*>(hi), *reinterpret_cast<const uint2*>(hi + 64)};
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     block_pairs(samples[r].x, operands[0][r], operands[1][r]);
     block_pairs(samples[r].y, operands[2][r], operands[3][r]);
   }
-}
-__device__ __forceinline__ void gather_row_operands(const unsigned char* windows, const std::int32_t* offsets,
-                                                    int window_pitch_bytes, int quad, int step,
-                                                    std::uint32_t (&operands)[4][4]) {
-  uint2 samples[4];
-  read_row_samples(windows, offsets, window_pitch_bytes, quad, step, samples);
-  form_row_operands(samples, operands);
 }
 
 template <int kColumnTiles>
@@ -702,16 +692,14 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
 
 // The row route on wgmma: the CTA's warpgroup (4 rows b x 16 rows y = 64 rows) issues m64n72k16
 // products, A from registers (the gathered rows), B from shared memory in the canonical K-major
-// layout of contract_wgmma_kernel; loads kRowWgmmaStages - 2 chunks ahead (a stage is rewritten
-// only once the products of two chunks before have completed).
-constexpr int kRowWgmmaStages = 4;
+// layout of contract_wgmma_kernel; loads two chunks ahead through kWgmmaStages stages.
 struct RowWgmmaLayout {
   static constexpr int offset_bytes = kWarps * kShiftRowBytes;
   __host__ __device__ static int stage_bytes(int pitch) {
     return WgmmaLayout::y_bytes + offset_bytes + kChunk * pitch * 8;
   }
   __host__ __device__ static int total_bytes(int pitch, int exposures_padded) {
-    return exposures_padded * 4 + kRowWgmmaStages * stage_bytes(pitch);
+    return exposures_padded * 4 + kWgmmaStages * stage_bytes(pitch);
   }
 };
 
@@ -735,18 +723,14 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
   const RowShare<kWgmmaColumns, 8, kThreads> x_rows;
   const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
   const int x_dst = (x_rows.row0 >> 3) * WgmmaLayout::group_bytes + x_rows.part * 128 + (x_rows.row0 & 7) * 16;
-  // Stages load in chunk order, so each load reads the next chunk's window starts.
-  int next_starts[RowWindowCopies::copies_per_chunk];
-  window_copies.read_starts(0, next_starts);
   auto load_stage = [&](int chunk, int slot) {
     unsigned char* st = stages + slot * stage_bytes;
     const int e0 = chunk * kChunk;
     x_rows.copy(st + x_dst, decltype(x_rows)::rows_per_pass / 8 * WgmmaLayout::group_bytes, x_src + e0,
                 decltype(x_rows)::rows_per_pass * E);
-    window_copies.copy(st, e0, next_starts);
-    if (e0 + kChunk < p.exposures_padded) window_copies.read_starts(e0 + kChunk, next_starts);
+    window_copies.copy(st, e0);
   };
-  prime_pipeline<kRowWgmmaStages - 2>(chunks, load_stage);
+  prime_pipeline<kWgmmaStages - 2>(chunks, load_stage);
 
   float acc[4][36];  // [channel * 2 + (real, imaginary)]
 #pragma unroll
@@ -755,13 +739,13 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
     for (int i = 0; i < 36; ++i) acc[k][i] = 0.0f;
   std::uint32_t a[2][4][4];  // double-buffered A fragments
   const int window_pitch_bytes = p.window_pitch * 8;
-  auto stage_at = [&](int chunk) { return stages + (chunk % kRowWgmmaStages) * stage_bytes; };
+  auto stage_at = [&](int chunk) { return stages + (chunk % kWgmmaStages) * stage_bytes; };
   auto enter_chunk = [&](int chunk) {
-    copy_async_wait<kRowWgmmaStages - 3>();
+    copy_async_wait<kWgmmaStages - 3>();
     fence_async_shared();
     __syncthreads();
-    const int ahead = chunk + kRowWgmmaStages - 2;
-    if (ahead < chunks) load_stage(ahead, ahead % kRowWgmmaStages);
+    const int ahead = chunk + kWgmmaStages - 2;
+    if (ahead < chunks) load_stage(ahead, ahead % kWgmmaStages);
     copy_async_commit();
   };
 
@@ -770,16 +754,12 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
     const unsigned char* st = stage_at(chunk);
     const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + WgmmaLayout::y_bytes) + warp * kChunk;
     const unsigned char* windows = st + WgmmaLayout::y_bytes + RowWgmmaLayout::offset_bytes + group * 8;
-    // The samples are read a step ahead: their shared loads run while the step before issues.
-    uint2 samples[4];
-    read_row_samples(windows, offsets, window_pitch_bytes, quad, 0, samples);
 #pragma unroll
     for (int step = 0; step < kChunk / 8; ++step) {
       const int buffer = step & 1;  // kChunk / 8 is even: the parity carries across chunks
       // The products that read this buffer two steps ago must be done before it is rewritten.
       warpgroup_wait<1>();
-      form_row_operands(samples, a[buffer]);
-      if (step + 1 < kChunk / 8) read_row_samples(windows, offsets, window_pitch_bytes, quad, step + 1, samples);
+      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, a[buffer]);
       const std::uint64_t desc = matrix_descriptor(st + step * 2 * 128, 128, WgmmaLayout::group_bytes);
       warpgroup_fence();
 #pragma unroll
