@@ -14,6 +14,11 @@
 #            `bench` of every GPU engine x encoding on ci, kbmod, dense (with the Fourier-route
 #            stage times in the JSON), `bench --top-k 8` on kbmod (KBMOD's results_per_pixel,
 #            lists downloaded), and fractional shifts on dense (cuda-fast, cuda-fourier, cuda-tc)
+#   PHASE=6: cuda-tc's row kernels: `bench` of dense and kbmod (fp16, two rounds) with each row kernel
+#            forced (SHIFTSTACK_TC_KERNEL=mma, wgmma) and by default, for BIN and, when BASE names a
+#            second binary folder, for it in the same rounds; then the GPU suite, compute-sanitizer
+#            memcheck and racecheck on GpuFourier.RowRoute*, and, with COMMIT set, records of
+#            cuda-tc on dense, kbmod and ci (every encoding); reports tarred into $OUT
 # Logs and JSON land in $OUT.
 set -u
 out=${OUT:-h200-out}
@@ -84,6 +89,50 @@ elif [ "$PHASE" = 5 ]; then
   # At most 8 files come back from a call: the summary, and everything else in one archive.
   (cd "$out" && tar czf phase5.tgz --exclude=summary.txt --exclude=phase5.tgz ./*.log ./*.txt ./*.json &&
     find . -maxdepth 1 -type f ! -name summary.txt ! -name phase5.tgz -delete)
+elif [ "$PHASE" = 6 ]; then
+  end=$(( $(date +%s) + ${DEADLINE:-540} ))
+  within() { local left=$(( end - $(date +%s) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
+  step "machine"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
+  folders=("$bin")
+  [ -n "${BASE:-}" ] && folders+=("$BASE")
+  for round in 1 2; do
+    for workload in dense kbmod; do
+      for folder in "${folders[@]}"; do
+        for kernel in default mma wgmma; do
+          tag="${workload}_$(basename "$folder")_${kernel}_$round"
+          step "bench $tag"
+          if [ "$kernel" = default ]; then kernel_env=(env -u SHIFTSTACK_TC_KERNEL); else
+            kernel_env=(env SHIFTSTACK_TC_KERNEL="$kernel"); fi
+          "${kernel_env[@]}" timeout "$(within 60)" "$folder/shiftstack" bench --workload "$workload" --engine cuda-tc \
+            --encoding fp16 --runs 7 --baseline none --json "$out/ab_$tag.json" > "$out/ab_$tag.txt" 2>&1
+          echo "exit $?" >> "$out/ab_$tag.txt"
+          grep "stages (ms)" "$out/ab_$tag.txt" | tee -a "$out/summary.txt"
+        done
+      done
+    done
+  done
+  step "gpu tests"
+  timeout "$(within 200)" "$bin/shiftstack_gpu_tests" --gtest_brief=1 > "$out/gpu_tests.log" 2>&1
+  echo "exit $?" | tee -a "$out/gpu_tests.log" "$out/summary.txt"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST" "$out/gpu_tests.log" | tail -12 | tee -a "$out/summary.txt"
+  for tool in memcheck racecheck; do
+    step "compute-sanitizer $tool: GpuFourier.RowRoute*"
+    timeout "$(within 120)" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/shiftstack_gpu_tests" \
+      --gtest_filter='GpuFourier.RowRoute*' > "$out/sanitizer_$tool.log" 2>&1
+    echo "exit $?" | tee -a "$out/sanitizer_$tool.log" "$out/summary.txt"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer_$tool.log" | tail -2 | tee -a "$out/summary.txt"
+  done
+  if [ -n "${COMMIT:-}" ]; then
+    for workload in dense kbmod ci; do
+      step "records: cuda-tc $workload at $COMMIT"
+      SHIFTSTACK_COMMIT=$COMMIT timeout "$(within 60)" "$bin/shiftstack" bench --workload "$workload" \
+        --engine cuda-tc --encoding all --runs 5 --json "$out/records_$workload.json" > "$out/records_$workload.txt" 2>&1
+      echo "exit $?" | tee -a "$out/records_$workload.txt" "$out/summary.txt"
+    done
+  fi
+  (cd "$out" && tar czf phase6.tgz --exclude=summary.txt --exclude=phase6.tgz ./*.log ./*.txt ./*.json &&
+    find . -maxdepth 1 -type f ! -name summary.txt ! -name phase6.tgz -delete)
 elif [ "$PHASE" = 3 ]; then
   step "machine"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
