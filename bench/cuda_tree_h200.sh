@@ -14,21 +14,13 @@ export LD_LIBRARY_PATH=${LIBS:+$(realpath "$LIBS"):}${LD_LIBRARY_PATH:-}
 end=$(( $(date +%s) + ${DEADLINE:-560} ))
 within() { local left=$(( end - $(date +%s) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
 step() { echo "== $(date +%T) $*" | tee -a "$out/summary.txt"; }
+source "$(dirname "$0")/gpu_steps.sh"
 
 step "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee -a "$out/summary.txt"
 step "cuda-tree tests and parity"
-timeout "$(within 150)" "$bin/shiftstack_gpu_tests" --gtest_filter='CudaTree*:*cuda_tree*' --gtest_brief=1 \
-  > "$out/tree_tests.log" 2>&1
-echo "exit $?" | tee -a "$out/tree_tests.log" "$out/summary.txt"
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST|Failure" "$out/tree_tests.log" | tail -12 | tee -a "$out/summary.txt"
-for tool in memcheck racecheck; do
-  step "compute-sanitizer $tool: CudaTreeSanitizer.*"
-  timeout "$(within 120)" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/shiftstack_gpu_tests" \
-    --gtest_filter='CudaTreeSanitizer.*' > "$out/sanitizer_$tool.log" 2>&1
-  echo "exit $?" | tee -a "$out/sanitizer_$tool.log" "$out/summary.txt"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$out/sanitizer_$tool.log" | tail -3 | tee -a "$out/summary.txt"
-done
+gpu_suite tree_tests 150 --gtest_filter='CudaTree*:*cuda_tree*'
+sanitize 'CudaTreeSanitizer.*' 120 memcheck racecheck
 bench() {  # workload, seconds, engines...
   local workload=$1 limit=$2
   shift 2

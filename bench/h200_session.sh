@@ -26,6 +26,10 @@ bin=${BIN:-build/bin}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=${LIBS:+$(realpath "$LIBS"):}${LD_LIBRARY_PATH:-}
 step() { echo "== $(date +%T) $*" | tee -a "$out/summary.txt"; }
+# A step's time limit: N seconds, or what is left of DEADLINE (the call's limit, less a margin).
+end=$(( $(date +%s) + ${DEADLINE:-540} ))
+within() { local left=$(( end - $(date +%s) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
+source "$(dirname "$0")/gpu_steps.sh"
 gpu_engines=(cuda-serial cuda-tiled cuda-fast cuda-fourier cuda-gemm cuda-tc)
 fractional_engines=(cuda-serial cuda-tiled cuda-fast cuda-fourier)  # the FP16 Fourier engines refuse them
 
@@ -34,9 +38,7 @@ if [ "$PHASE" = 1 ]; then
   step "machine"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
   step "gpu tests"
-  timeout 150 "$bin/shiftstack_gpu_tests" --gtest_brief=1 > "$out/gpu_tests.log" 2>&1
-  echo "exit $?" | tee -a "$out/gpu_tests.log" "$out/summary.txt"
-  tail -5 "$out/gpu_tests.log" | tee -a "$out/summary.txt"
+  gpu_suite gpu_tests 150
   for workload in ci kbmod dense; do
     step "bench $workload"
     timeout 170 "$bin/shiftstack" bench --workload "$workload" --engine "${gpu_engines[@]}" \
@@ -47,22 +49,12 @@ if [ "$PHASE" = 1 ]; then
   done
 elif [ "$PHASE" = 5 ]; then
   # Every step's timeout is cut to what is left of DEADLINE seconds (the call's limit, less a margin).
-  end=$(( $(date +%s) + ${DEADLINE:-540} ))
-  within() { local left=$(( end - $(date +%s) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
   step "machine"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
   step "gpu tests"
-  timeout "$(within 200)" "$bin/shiftstack_gpu_tests" --gtest_brief=1 > "$out/gpu_tests.log" 2>&1
-  echo "exit $?" | tee -a "$out/gpu_tests.log" "$out/summary.txt"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|FAILED TEST" "$out/gpu_tests.log" | tail -12 | tee -a "$out/summary.txt"
-  sanitized='GpuFourier.FractionalShifts*:GpuFourier.ExactGatherOfEveryTrial:GpuFourier.TinyStackAllEnginesWithTopK:GpuFourier.EveryTensorCoreKernelMatchesReference:GpuFourier.TensorCoreFractionalTinyStack:GpuGatherSanitizer.*:GpuGather.EveryFastBilinearVariantMatchesReference'
-  for tool in racecheck memcheck; do
-    step "compute-sanitizer $tool: $sanitized"
-    timeout "$(within 150)" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/shiftstack_gpu_tests" \
-      --gtest_filter="$sanitized" > "$out/sanitizer_$tool.log" 2>&1
-    echo "exit $?" | tee -a "$out/sanitizer_$tool.log" "$out/summary.txt"
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$out/sanitizer_$tool.log" | tail -4 | tee -a "$out/summary.txt"
-  done
+  gpu_suite gpu_tests 200
+  sanitize 'GpuFourier.FractionalShifts*:GpuFourier.ExactGatherOfEveryTrial:GpuFourier.TinyStackAllEnginesWithTopK:GpuFourier.EveryTensorCoreKernelMatchesReference:GpuFourier.TensorCoreFractionalTinyStack:GpuGatherSanitizer.*:GpuGather.EveryFastBilinearVariantMatchesReference' \
+    150 racecheck memcheck
   for workload in dense kbmod ci; do
     step "bench $workload"
     timeout "$(within 120)" "$bin/shiftstack" bench --workload "$workload" --engine "${gpu_engines[@]}" \
@@ -90,8 +82,6 @@ elif [ "$PHASE" = 5 ]; then
   (cd "$out" && tar czf phase5.tgz --exclude=summary.txt --exclude=phase5.tgz ./*.log ./*.txt ./*.json &&
     find . -maxdepth 1 -type f ! -name summary.txt ! -name phase5.tgz -delete)
 elif [ "$PHASE" = 6 ]; then
-  end=$(( $(date +%s) + ${DEADLINE:-540} ))
-  within() { local left=$(( end - $(date +%s) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
   step "machine"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
   folders=("$bin")
@@ -113,16 +103,8 @@ elif [ "$PHASE" = 6 ]; then
     done
   done
   step "gpu tests"
-  timeout "$(within 200)" "$bin/shiftstack_gpu_tests" --gtest_brief=1 > "$out/gpu_tests.log" 2>&1
-  echo "exit $?" | tee -a "$out/gpu_tests.log" "$out/summary.txt"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST" "$out/gpu_tests.log" | tail -12 | tee -a "$out/summary.txt"
-  for tool in memcheck racecheck; do
-    step "compute-sanitizer $tool: GpuFourier.RowRoute*"
-    timeout "$(within 120)" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/shiftstack_gpu_tests" \
-      --gtest_filter='GpuFourier.RowRoute*' > "$out/sanitizer_$tool.log" 2>&1
-    echo "exit $?" | tee -a "$out/sanitizer_$tool.log" "$out/summary.txt"
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer_$tool.log" | tail -2 | tee -a "$out/summary.txt"
-  done
+  gpu_suite gpu_tests 200
+  sanitize 'GpuFourier.RowRoute*' 120 memcheck racecheck
   if [ -n "${COMMIT:-}" ]; then
     for workload in dense kbmod ci; do
       step "records: cuda-tc $workload at $COMMIT"

@@ -1,0 +1,27 @@
+# Steps shared by the GPU measurement scripts (sourced, not run). The caller defines `out` (the
+# output folder), `bin` (the binaries), `step` (logs a heading) and `within N` (N seconds, or what
+# is left of the call's deadline if less).
+
+# The GPU test suite, or the tests its gtest arguments select: log $out/NAME.log, time limit LIMIT.
+gpu_suite() {  # NAME LIMIT [gtest arguments...]
+  local name=$1 limit=$2
+  shift 2
+  timeout "$(within "$limit")" "$bin/shiftstack_gpu_tests" --gtest_brief=1 "$@" > "$out/$name.log" 2>&1
+  echo "exit $?" | tee -a "$out/$name.log" "$out/summary.txt"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|FAILED TEST|Failure" "$out/$name.log" | tail -12 |
+    tee -a "$out/summary.txt"
+}
+
+# compute-sanitizer with each TOOL on the tests FILTER selects, failing on any report.
+sanitize() {  # FILTER LIMIT TOOL...
+  local filter=$1 limit=$2 tool
+  shift 2
+  for tool in "$@"; do
+    step "compute-sanitizer $tool: $filter"
+    timeout "$(within "$limit")" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/shiftstack_gpu_tests" \
+      --gtest_filter="$filter" > "$out/sanitizer_$tool.log" 2>&1
+    echo "exit $?" | tee -a "$out/sanitizer_$tool.log" "$out/summary.txt"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$out/sanitizer_$tool.log" | tail -4 |
+      tee -a "$out/summary.txt"
+  done
+}
