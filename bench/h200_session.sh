@@ -48,7 +48,6 @@ if [ "$PHASE" = 1 ]; then
     tail -22 "$out/bench_$workload.txt" | tee -a "$out/summary.txt"
   done
 elif [ "$PHASE" = 5 ]; then
-  # Every step's timeout is cut to what is left of DEADLINE seconds (the call's limit, less a margin).
   step "machine"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
   step "gpu tests"

@@ -578,7 +578,7 @@ struct RowWindowCopies {
     for (int k = 0; k < copies_per_chunk; ++k) values[k] = starts[e0 + first_exposure + k * exposures_per_pass];
   }
   // Offsets from `source` in 32 bits: an mx plane of half_rows holds fewer than 2^31 pairs
-  // (launch_row_kernel checks), so each copy's address is one wide multiply-add.
+  // (row_route_fits checks), so each copy's address is one wide multiply-add.
   __device__ __forceinline__ void copy(unsigned char* stage, int e0, const int (&start_values)[copies_per_chunk]) const {
     offset_rows.copy(stage + offset_dst, 0, offset_src + e0, 0);
     if (!copies) return;
@@ -1055,8 +1055,10 @@ class TensorCoreEngine final : public SpectralEngine {
   int row_route_window_limit() const override {
     return forced_kernel() == "wgmma-split" ? 0 : tc::kMaxWindowRows;
   }
-  // The row kernels keep the group's window starts of every exposure beside their stages.
+  // The row kernels keep the group's window starts of every exposure beside their stages, and
+  // address one x frequency's rows (exposures x row span) with 32-bit offsets.
   bool row_route_fits(const SpectralState& s) const override {
+    if (std::size_t(s.exposures_padded) * s.row_span >= (std::size_t(1) << 31)) return false;
     const int bytes = forced_kernel() == "mma"
                           ? tc::RowLayout<tc::kMaxColumnTiles>::total_bytes(s.window_pitch, s.exposures_padded)
                           : tc::RowWgmmaLayout::total_bytes(s.window_pitch, s.exposures_padded);
@@ -1093,8 +1095,7 @@ class TensorCoreEngine final : public SpectralEngine {
     } else {
       x_phases_.resize(table_stride_);
       tc::x_phase_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.get(), s.root_x_half.get(), g.nx, table_rows,
-                                                             s.va,
-                                                             va_padded_, s.exposures, s.exposures_padded,
+                                                             s.va, va_padded_, s.exposures, s.exposures_padded,
                                                              x_phases_.get());
     }
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
@@ -1208,8 +1209,6 @@ class TensorCoreEngine final : public SpectralEngine {
   template <class Kernel>
   void launch_row_kernel(Kernel kernel, int smem, SpectralState& s, int b_begin, int b_end) {
     const tc::RowParams p = row_params(s, b_begin, b_end);
-    require(std::size_t(p.exposures_padded) * p.row_span < (std::size_t(1) << 31),
-            "engine 'cuda-tc': the row route's window copies address one x frequency's rows in 32 bits");
     require(smem <= kSharedBudget, "engine 'cuda-tc': the row route needs " + std::to_string(smem) +
                                        " bytes of shared memory per CTA (window starts of " +
                                        std::to_string(p.exposures_padded) + " exposures); set SHIFTSTACK_TC_ROUTE=planes");
