@@ -15,10 +15,12 @@
 #            stage times in the JSON), `bench --top-k 8` on kbmod (KBMOD's results_per_pixel,
 #            lists downloaded), and fractional shifts on dense (cuda-fast, cuda-fourier, cuda-tc)
 #   PHASE=6: cuda-tc's row kernels: `bench` of dense and kbmod (fp16, two rounds) with each row kernel
-#            forced (SHIFTSTACK_TC_KERNEL=mma, wgmma) and by default, for BIN and, when BASE names a
-#            second binary folder, for it in the same rounds; then the GPU suite, compute-sanitizer
-#            memcheck and racecheck on GpuFourier.RowRoute*, and, with COMMIT set, records of
-#            cuda-tc on dense, kbmod and ci (every encoding); reports tarred into $OUT
+#            forced (SHIFTSTACK_TC_KERNEL=mma, wgmma) and by default, or with the settings KERNELS
+#            names ("default" for none), for BIN and, when BASE names a second binary folder, for
+#            it in the same rounds (a setting a build lacks is refused there, in its log); then the
+#            GPU suite, compute-sanitizer memcheck and racecheck on GpuFourier.RowRoute*, and, with
+#            COMMIT set, records of cuda-tc on dense, kbmod and ci (every encoding); reports tarred
+#            into $OUT
 # Logs and JSON land in $OUT.
 set -u
 out=${OUT:-h200-out}
@@ -88,7 +90,7 @@ elif [ "$PHASE" = 6 ]; then
   for round in 1 2; do
     for workload in dense kbmod; do
       for folder in "${folders[@]}"; do
-        for kernel in default mma wgmma; do
+        for kernel in ${KERNELS:-default mma wgmma}; do
           tag="${workload}_$(basename "$folder")_${kernel}_$round"
           step "bench $tag"
           if [ "$kernel" = default ]; then kernel_env=(env -u SHIFTSTACK_TC_KERNEL); else
