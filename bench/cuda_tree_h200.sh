@@ -11,9 +11,7 @@ out=${OUT:-h200-tree-out}
 bin=${BIN:-build/bin}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=${LIBS:+$(realpath "$LIBS"):}${LD_LIBRARY_PATH:-}
-end=$(( $(date +%s) + ${DEADLINE:-560} ))
-within() { local left=$(( end - $(date +%s) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
-step() { echo "== $(date +%T) $*" | tee -a "$out/summary.txt"; }
+end=$(( $(date +%s) + ${DEADLINE:-560} ))  # the steps end within DEADLINE seconds
 source "$(dirname "$0")/gpu_steps.sh"
 
 step "machine"

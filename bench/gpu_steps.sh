@@ -1,6 +1,15 @@
 # Steps shared by the GPU measurement scripts (sourced, not run). The caller defines `out` (the
-# output folder), `bin` (the binaries), `step` (logs a heading) and `within N` (N seconds, or what
-# is left of the call's deadline if less).
+# output folder), `bin` (the binaries) and `end` (the call's deadline, in seconds since the epoch,
+# less a margin).
+
+# Logs a heading to the terminal and to $out/summary.txt.
+step() { echo "== $(date +%T) $*" | tee -a "$out/summary.txt"; }
+
+# A step's time limit: N seconds, or what is left before `end` if less (at least 5).
+within() {  # N
+  local left=$(( end - $(date +%s) ))
+  [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"
+}
 
 # The GPU test suite, or the tests its gtest arguments select: log $out/NAME.log, time limit LIMIT.
 gpu_suite() {  # NAME LIMIT [gtest arguments...]

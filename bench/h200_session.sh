@@ -27,10 +27,8 @@ out=${OUT:-h200-out}
 bin=${BIN:-build/bin}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=${LIBS:+$(realpath "$LIBS"):}${LD_LIBRARY_PATH:-}
-step() { echo "== $(date +%T) $*" | tee -a "$out/summary.txt"; }
-# A step's time limit: N seconds, or what is left of DEADLINE (the call's limit, less a margin).
+# The steps end within DEADLINE seconds (the call's limit, less a margin).
 end=$(( $(date +%s) + ${DEADLINE:-540} ))
-within() { local left=$(( end - $(date +%s) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
 source "$(dirname "$0")/gpu_steps.sh"
 gpu_engines=(cuda-serial cuda-tiled cuda-fast cuda-fourier cuda-gemm cuda-tc)
 fractional_engines=(cuda-serial cuda-tiled cuda-fast cuda-fourier)  # the FP16 Fourier engines refuse them
