@@ -327,6 +327,7 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
       {33, 50, 70, 3, 13, 12, Region{5, 2, 40, 66}, nullptr, true},
       {40, 48, 48, 9, 6, 8, Region{0, 0, 48, 48}, nullptr, true},     // 2 n8 tiles
       {16, 48, 48, 75, 5, 6, Region{2, 1, 40, 41}, nullptr, true},    // a block of 72 velocities, then 3
+      {16, 48, 48, 65, 5, 6, Region{1, 2, 44, 40}, nullptr, true},    // 9 n8 tiles, the last one column
       {20, 110, 110, 4, 3, 40, Region{0, 0, 110, 110}, nullptr, false},  // about 20 px between rows b
   };
   for (const Shape& shape : shapes) {

@@ -1,0 +1,120 @@
+// The peak rates of the two tensor-core instructions cuda-tc's contraction kernels issue, with no
+// memory traffic: mma.sync m16n8k16 (FP16 in, FP32 accumulation: HMMA, the default row kernel)
+// and wgmma m64n72k16 with A from registers (HGMMA, the wgmma kernels). Each warp (warpgroup)
+// runs independent accumulator chains as the kernels do (36 per k16 step), at 1, 2 and 4 blocks
+// of 128 threads per SM. The row kernel's rate is read against these (bench/RESULTS.md); not a
+// test. Usage: shiftstack_tensor_ceiling [iterations]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "cuda/common/warp_mma.cuh"
+
+namespace {
+
+using namespace shiftstack::cuda;
+
+constexpr int kThreads = 128;
+constexpr int kChains = 36;  // the row kernel's products per k16 step: 2 channels x 2 parts x 9 n8 tiles
+
+// Operands from the lane index, so that nothing is constant at compile time.
+__device__ std::uint32_t lane_operand(int salt) {
+  return half2_bits(__floats2half2_rn(1e-3f * float((threadIdx.x + salt) & 7), 1e-3f * float(salt & 3)));
+}
+
+__global__ void __launch_bounds__(kThreads) mma_sync_kernel(int iterations, float* sink) {
+  std::uint32_t a[4] = {lane_operand(0), lane_operand(1), lane_operand(2), lane_operand(3)};
+  const std::uint32_t b0 = lane_operand(4), b1 = lane_operand(5);
+  float acc[kChains][4] = {};
+  for (int it = 0; it < iterations; ++it) {
+#pragma unroll
+    for (int k = 0; k < kChains; ++k) mma_16x8x16(acc[k], a, b0, b1);
+  }
+  float total = 0;
+#pragma unroll
+  for (int k = 0; k < kChains; ++k) total += acc[k][0] + acc[k][1] + acc[k][2] + acc[k][3];
+  if (total == 12345.0f) sink[threadIdx.x] = total;  // keeps the products (never true in practice)
+}
+
+// Four m64n72k16 products per step (the wgmma row kernel's two channels x two parts), A from
+// registers, B one 72 x 16 tile in shared memory in the no-swizzle K-major layout.
+__global__ void __launch_bounds__(kThreads) wgmma_kernel(int iterations, float* sink) {
+  __shared__ __align__(128) __half tile[72 * 16];
+  for (int i = threadIdx.x; i < 72 * 16; i += kThreads) tile[i] = __float2half(1e-3f * float(i & 7));
+  fence_async_shared();
+  __syncthreads();
+  std::uint32_t a[4] = {lane_operand(0), lane_operand(1), lane_operand(2), lane_operand(3)};
+  // Core matrices of 8 columns x 16 bytes: K-neighbours 128 B apart, 8-column groups 256 B apart.
+  const std::uint64_t desc = matrix_descriptor(tile, 128, 256);
+  float acc[4][36] = {};
+  for (int it = 0; it < iterations; ++it) {
+    warpgroup_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+#pragma unroll
+      for (int i = 0; i < 36; ++i) pin(acc[k][i]);
+      wgmma_64x72x16(acc[k], a, desc);
+    }
+    warpgroup_commit();
+    warpgroup_wait<1>();
+  }
+  warpgroup_wait<0>();
+  float total = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int i = 0; i < 36; ++i) total += acc[k][i];
+  if (total == 12345.0f) sink[threadIdx.x] = total;
+}
+
+void check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
+  std::exit(1);
+}
+
+// Median TFLOP/s of five timed launches after one warm-up.
+template <class Kernel>
+double tflops(Kernel kernel, int blocks, int iterations, double flops_per_block_iteration, float* sink) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  std::vector<double> rates;
+  for (int run = 0; run <= 5; ++run) {
+    check(cudaEventRecord(start), "record");
+    kernel<<<blocks, kThreads>>>(iterations, sink);
+    check(cudaEventRecord(stop), "record");
+    check(cudaEventSynchronize(stop), "launch");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    if (run > 0) rates.push_back(flops_per_block_iteration * blocks * iterations / (ms * 1e-3) / 1e12);
+  }
+  check(cudaEventDestroy(start), "event");
+  check(cudaEventDestroy(stop), "event");
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int iterations = argc > 1 ? std::atoi(argv[1]) : 20000;
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "device");
+  float* sink = nullptr;
+  check(cudaMalloc(&sink, kThreads * sizeof(float)), "malloc");
+  std::printf("%s, %d SMs; %d iterations per launch; TFLOP/s, median of 5\n", prop.name, prop.multiProcessorCount,
+              iterations);
+  for (int per_sm : {1, 2, 4}) {
+    const int blocks = prop.multiProcessorCount * per_sm;
+    const double mma = tflops(mma_sync_kernel, blocks, iterations, 4.0 * kChains * 16 * 8 * 16 * 2, sink);
+    const double wgmma = tflops(wgmma_kernel, blocks, iterations / 4, 4.0 * 64 * 72 * 16 * 2, sink);
+    std::printf("blocks of 128 threads per SM %d: mma.sync m16n8k16 f32 %.1f, wgmma m64n72k16 (A in registers) %.1f\n",
+                per_sm, mma, wgmma);
+  }
+  check(cudaFree(sink), "free");
+  return 0;
+}
