@@ -7,18 +7,25 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
-#include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "cuda/common/check.cuh"
 #include "cuda/common/warp_mma.cuh"
+#include "shiftstack/error.hpp"
 
 namespace {
 
 using namespace shiftstack::cuda;
 
 constexpr int kThreads = 128;
-constexpr int kChains = 36;  // the row kernel's products per k16 step: 2 channels x 2 parts x 9 n8 tiles
+constexpr int kWarps = kThreads / 32;
+constexpr int kChains = 36;        // the row kernel's products per k16 step: 2 channels x 2 parts x 9 n8 tiles
+constexpr int kWgmmaProducts = 4;  // the wgmma row kernel's products per k16 step: 2 channels x 2 parts
+constexpr double kMmaFlops = 16.0 * 8 * 16 * 2;     // one m16n8k16
+constexpr double kWgmmaFlops = 64.0 * 72 * 16 * 2;  // one m64n72k16
 
 // Operands from the lane index, so that nothing is constant at compile time.
 __device__ std::uint32_t lane_operand(int salt) {
@@ -49,11 +56,11 @@ __global__ void __launch_bounds__(kThreads) wgmma_kernel(int iterations, float* 
   std::uint32_t a[4] = {lane_operand(0), lane_operand(1), lane_operand(2), lane_operand(3)};
   // Core matrices of 8 columns x 16 bytes: K-neighbours 128 B apart, 8-column groups 256 B apart.
   const std::uint64_t desc = matrix_descriptor(tile, 128, 256);
-  float acc[4][36] = {};
+  float acc[kWgmmaProducts][36] = {};
   for (int it = 0; it < iterations; ++it) {
     warpgroup_fence();
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < kWgmmaProducts; ++k) {
 #pragma unroll
       for (int i = 0; i < 36; ++i) pin(acc[k][i]);
       wgmma_64x72x16(acc[k], a, desc);
@@ -64,57 +71,76 @@ __global__ void __launch_bounds__(kThreads) wgmma_kernel(int iterations, float* 
   warpgroup_wait<0>();
   float total = 0;
 #pragma unroll
-  for (int k = 0; k < 4; ++k)
+  for (int k = 0; k < kWgmmaProducts; ++k)
 #pragma unroll
     for (int i = 0; i < 36; ++i) total += acc[k][i];
   if (total == 12345.0f) sink[threadIdx.x] = total;
-}
-
-void check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
-  std::exit(1);
 }
 
 // Median TFLOP/s of five timed launches after one warm-up.
 template <class Kernel>
 double tflops(Kernel kernel, int blocks, int iterations, double flops_per_block_iteration, float* sink) {
   cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
+  SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&start));
+  SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<double> rates;
   for (int run = 0; run <= 5; ++run) {
-    check(cudaEventRecord(start), "record");
+    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(start));
     kernel<<<blocks, kThreads>>>(iterations, sink);
-    check(cudaEventRecord(stop), "record");
-    check(cudaEventSynchronize(stop), "launch");
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(stop));
+    SHIFTSTACK_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     if (run > 0) rates.push_back(flops_per_block_iteration * blocks * iterations / (ms * 1e-3) / 1e12);
   }
-  check(cudaEventDestroy(start), "event");
-  check(cudaEventDestroy(stop), "event");
+  SHIFTSTACK_CUDA_CHECK(cudaEventDestroy(start));
+  SHIFTSTACK_CUDA_CHECK(cudaEventDestroy(stop));
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
+}
+
+// The iteration count: a whole number from kWgmmaProducts (the wgmma kernel runs a quarter as
+// many) to 10^8 (seconds per launch at the ceilings).
+int parse_iterations(int argc, char** argv) {
+  if (argc < 2) return 20000;
+  shiftstack::require(argc == 2, "usage: shiftstack_tensor_ceiling [iterations]");
+  const std::string text = argv[1];
+  int value = 0;
+  const auto [end, status] = std::from_chars(text.data(), text.data() + text.size(), value);
+  shiftstack::require(status == std::errc() && end == text.data() + text.size() && value >= kWgmmaProducts &&
+                          value <= 100000000,
+                      "iterations must be a whole number from 4 to 100000000, not '" + text + "'");
+  return value;
+}
+
+int run(int argc, char** argv) {
+  const int iterations = parse_iterations(argc, argv);
+  cudaDeviceProp prop{};
+  SHIFTSTACK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  float* sink = nullptr;
+  SHIFTSTACK_CUDA_CHECK(cudaMalloc(&sink, kThreads * sizeof(float)));
+  std::printf("%s, %d SMs; %d iterations per launch; TFLOP/s, median of 5\n", prop.name, prop.multiProcessorCount,
+              iterations);
+  for (int per_sm : {1, 2, 4}) {
+    const int blocks = prop.multiProcessorCount * per_sm;
+    const double mma = tflops(mma_sync_kernel, blocks, iterations, kWarps * kChains * kMmaFlops, sink);
+    const double wgmma =
+        tflops(wgmma_kernel, blocks, iterations / kWgmmaProducts, kWgmmaProducts * kWgmmaFlops, sink);
+    std::printf("blocks of 128 threads per SM %d: mma.sync m16n8k16 f32 %.1f, wgmma m64n72k16 (A in registers) %.1f\n",
+                per_sm, mma, wgmma);
+  }
+  SHIFTSTACK_CUDA_CHECK(cudaFree(sink));
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int iterations = argc > 1 ? std::atoi(argv[1]) : 20000;
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "device");
-  float* sink = nullptr;
-  check(cudaMalloc(&sink, kThreads * sizeof(float)), "malloc");
-  std::printf("%s, %d SMs; %d iterations per launch; TFLOP/s, median of 5\n", prop.name, prop.multiProcessorCount,
-              iterations);
-  for (int per_sm : {1, 2, 4}) {
-    const int blocks = prop.multiProcessorCount * per_sm;
-    const double mma = tflops(mma_sync_kernel, blocks, iterations, 4.0 * kChains * 16 * 8 * 16 * 2, sink);
-    const double wgmma = tflops(wgmma_kernel, blocks, iterations / 4, 4.0 * 64 * 72 * 16 * 2, sink);
-    std::printf("blocks of 128 threads per SM %d: mma.sync m16n8k16 f32 %.1f, wgmma m64n72k16 (A in registers) %.1f\n",
-                per_sm, mma, wgmma);
+  try {
+    return run(argc, argv);
+  } catch (const shiftstack::Error& error) {
+    std::fprintf(stderr, "shiftstack_tensor_ceiling: %s\n", error.what());
+    return 1;
   }
-  check(cudaFree(sink), "free");
-  return 0;
 }
