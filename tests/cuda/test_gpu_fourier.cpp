@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <utility>
 
 #include <cuda_runtime.h>
 #include <cufft.h>
@@ -362,6 +363,18 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
     unsetenv("SHIFTSTACK_TC_KERNEL");
     EXPECT_EQ(diagnostics_of(*wgmma_engine).row_route, shape.row_route);
     expect_agreement("cuda-tc wgmma", c, rows_wgmma, tolerance_for("cuda-tc"));
+    // The mma kernel's column form, and the A-side form with the chunk's last group of one or two
+    // rows b computed like the others (by default its steps are split between the warps).
+    const std::pair<const char*, const char*> variants[] = {{"SHIFTSTACK_TC_KERNEL", "mma-column"},
+                                                            {"SHIFTSTACK_TC_ROW_TAIL", "0"}};
+    for (const auto& [variable, value] : variants) {
+      setenv(variable, value, 1);
+      auto variant_engine = make_engine("cuda-tc");
+      const SearchResult variant = search(*variant_engine, c.stack, c.kit.bank, policy, shape.region);
+      unsetenv(variable);
+      EXPECT_EQ(diagnostics_of(*variant_engine).row_route, shape.row_route);
+      expect_agreement(std::string("cuda-tc ") + value, c, variant, tolerance_for("cuda-tc"));
+    }
     setenv("SHIFTSTACK_TC_ROUTE", "planes", 1);
     const SearchResult planes = search(*engine, c.stack, c.kit.bank, policy, shape.region);
     unsetenv("SHIFTSTACK_TC_ROUTE");
