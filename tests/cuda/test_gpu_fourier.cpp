@@ -363,10 +363,10 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
     unsetenv("SHIFTSTACK_TC_KERNEL");
     EXPECT_EQ(diagnostics_of(*wgmma_engine).row_route, shape.row_route);
     expect_agreement("cuda-tc wgmma", c, rows_wgmma, tolerance_for("cuda-tc"));
-    // The mma kernel's column form, and the A-side form with the chunk's last group of one or two
-    // rows b computed like the others (by default its steps are split between the warps).
+    // The mma kernel's column form, and the chunk's last group of one or two rows b with its steps
+    // split between the warps (both on request).
     const std::pair<const char*, const char*> variants[] = {{"SHIFTSTACK_TC_KERNEL", "mma-column"},
-                                                            {"SHIFTSTACK_TC_ROW_TAIL", "0"}};
+                                                            {"SHIFTSTACK_TC_ROW_TAIL", "1"}};
     for (const auto& [variable, value] : variants) {
       setenv(variable, value, 1);
       auto variant_engine = make_engine("cuda-tc");
@@ -430,6 +430,9 @@ TEST(GpuFourier, RowRouteSwitchRefusesOtherValues) {
   auto engine = make_engine("cuda-tc");
   EXPECT_THROW(search(*engine, c.stack, c.kit.bank), Error);
   unsetenv("SHIFTSTACK_TC_ROUTE");
+  setenv("SHIFTSTACK_TC_ROW_TAIL", "yes", 1);
+  EXPECT_THROW(search(*engine, c.stack, c.kit.bank), Error);
+  unsetenv("SHIFTSTACK_TC_ROW_TAIL");
 }
 
 // The CPU emulation reproduces the planar route's operands (the phases of y shifts included).

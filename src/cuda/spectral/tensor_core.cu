@@ -1287,8 +1287,11 @@ class TensorCoreEngine final : public SpectralEngine {
     use_wgmma_ = kernel == "wgmma" || kernel == "wgmma-split";
     split_channels_ = kernel == "wgmma-split";
     column_form_ = s.row_route && kernel == "mma-column";
+    // The split last group of rows b (launch_row_groups) is opt-in until it is measured on a GPU.
     const char* tail = std::getenv("SHIFTSTACK_TC_ROW_TAIL");
-    tail_split_ = !(tail && std::string(tail) == "0");
+    require(!tail || std::string(tail) == "0" || std::string(tail) == "1",
+            "SHIFTSTACK_TC_ROW_TAIL must be 0 or 1, not '" + std::string(tail ? tail : "") + "'");
+    tail_split_ = tail && std::string(tail) == "1";
     if (use_wgmma_) column_tiles_ = tc::kWgmmaColumns / 8;
     // Velocities per n8 tile: 8 (one table column each), or 4 in the column form (two each).
     const int per_tile = column_form_ ? 4 : 8;
@@ -1440,9 +1443,10 @@ class TensorCoreEngine final : public SpectralEngine {
                       tc::RowWgmmaLayout::total_bytes(s.window_pitch, s.exposures_padded), s, b_begin, b_end,
                       b_begin, (b_end - b_begin + tc::kWarps - 1) / tc::kWarps);
   }
-  // The chunk's full groups of kWarps rows b, then a last group of one or two rows with its k16
-  // steps split between kWarps / rows warps per row (RowSplit), so that no warp multiplies padding
-  // rows. A last group of three rows keeps one padding warp (a split of 4 / 3 does not divide).
+  // With tail_split_ (SHIFTSTACK_TC_ROW_TAIL=1): the chunk's full groups of kWarps rows b, then a
+  // last group of one or two rows with its k16 steps split between kWarps / rows warps per row
+  // (RowSplit), so that no warp multiplies padding rows. A last group of three rows keeps one
+  // padding warp (a split of 4 / 3 does not divide).
   template <class Launch>
   void launch_row_groups(int b_begin, int b_end, Launch&& launch) const {
     const int groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps, rest = (b_end - b_begin) % tc::kWarps;
@@ -1522,7 +1526,7 @@ class TensorCoreEngine final : public SpectralEngine {
 
   int column_tiles_ = 0, column_blocks_ = 0, va_padded_ = 0;
   std::size_t table_stride_ = 0;  // half2 per x table
-  bool use_wgmma_ = false, split_channels_ = false, column_form_ = false, tail_split_ = true;
+  bool use_wgmma_ = false, split_channels_ = false, column_form_ = false, tail_split_ = false;
   DeviceArray<__half2> x_phases_;
 };
 
