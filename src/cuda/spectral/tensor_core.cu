@@ -23,7 +23,6 @@
 // covariance channels for the exact B (the section "fractional" below).
 #include <algorithm>
 #include <cstdlib>
-#include <utility>
 
 #include "core/engine_registry.hpp"
 #include "spectra.cuh"
@@ -634,8 +633,9 @@ __device__ __forceinline__ void gather_row_operands(const unsigned char* windows
 
 // The last group of a velocity chunk may hold fewer than kWarps real rows b. Its CTAs split the
 // k16 steps of each chunk between the kWarpsPerRow warps of each real row, and sum the partial
-// accumulators through shared memory at the end, so that no warp multiplies padding rows.
-// Warp w serves row b_cta + w / kWarpsPerRow and the steps step = w % kWarpsPerRow (mod kWarpsPerRow).
+// accumulators through shared memory at the end, so that no warp multiplies padding rows: warp
+// w serves row b_cta + w / kWarpsPerRow, and of each chunk the steps congruent to w modulo
+// kWarpsPerRow. With kWarpsPerRow = 1 this is the plain kernel (one row b per warp, every step).
 template <int kWarpsPerRow>
 struct RowSplit {
   static_assert(kWarps % kWarpsPerRow == 0 && (kChunk / 8) % kWarpsPerRow == 0);
@@ -736,149 +736,6 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   if (!split.template gather_partials<2 * 2 * kColumnTiles * 4>(&acc[0][0][0][0], stages, lane)) return;
   write_row_outputs<kColumnTiles>(p, mx, row0, b, a0, group, quad,
                                   [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
-}
-
-// The row route with the real block form on the column side. A is the gathered sample itself,
-// (Xr, Xi) per k pair, and the x table holds each velocity twice: column 2a = (Yr, -Yi) (the real
-// output) and 2a + 1 = (Yi, Yr) (the imaginary one). An n8 tile covers 4 velocities and a lane's
-// fragment pairs are complex outputs: 65 velocities take 2 x 17 products per k16 step (68
-// velocities of columns) where the A-side form takes 4 x 9 (72), and no operand is formed. Each
-// channel's A quad is read by four 32-bit shared loads, so that it lands in the four registers
-// one product reads (a 64-bit load of the (psi, phi) pair would leave each channel's quad spread
-// over register pairs, to be moved into place before the products).
-constexpr int kMaxColumnFormTiles = 17;
-template <int kColumnTiles>
-struct ColumnFormLayout {
-  static constexpr int y_bytes = kColumnTiles * 8 * kYRowBytes;
-  static constexpr int offset_bytes = kWarps * kShiftRowBytes;
-  __host__ __device__ static int stage_bytes(int pitch) { return y_bytes + offset_bytes + kChunk * pitch * 8; }
-  __host__ __device__ static int total_bytes(int pitch, int exposures_padded) {
-    return exposures_padded * 4 + kRowStages * stage_bytes(pitch);
-  }
-};
-
-__device__ __forceinline__ std::uint32_t load_shared_b32(const unsigned char* pointer) {
-  std::uint32_t value;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(value) : "r"(shared_address(pointer)));
-  return value;
-}
-
-// One k16 step's A quads of both channels (registers 0-3: rows g, g + 8 at exposure q, then at q + 4).
-__device__ __forceinline__ void gather_row_quads(const unsigned char* windows, const std::int32_t* offsets,
-                                                 int window_pitch_bytes, int quad, int step,
-                                                 std::uint32_t (&psi)[4], std::uint32_t (&phi)[4]) {
-  const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
-  const unsigned char* lo = windows + e_lo * window_pitch_bytes + offsets[e_lo] * 8;
-  const unsigned char* hi = windows + e_hi * window_pitch_bytes + offsets[e_hi] * 8;
-  const unsigned char* rows[4] = {lo, lo + 64, hi, hi + 64};
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    psi[r] = load_shared_b32(rows[r]);
-    phi[r] = load_shared_b32(rows[r] + 4);
-  }
-}
-
-template <int kColumnTiles>
-__device__ __forceinline__ void column_form_products(const unsigned char* ystep, int ld_row, int ld_row_x2,
-                                                     const std::uint32_t (&psi)[4], const std::uint32_t (&phi)[4],
-                                                     float (&acc)[2][kColumnTiles][4]) {
-#pragma unroll
-  for (int n = 0; n < kColumnTiles; n += 2) {
-    std::uint32_t b0, b1, b2 = 0, b3 = 0;
-    if (n + 1 < kColumnTiles) {
-      load_matrix_x4(b0, b1, b2, b3, ystep + n * 8 * kYRowBytes + ld_row);
-    } else {
-      load_matrix_x2(b0, b1, ystep + n * 8 * kYRowBytes + ld_row_x2);
-    }
-    mma_16x8x16(acc[0][n], psi, b0, b1);
-    mma_16x8x16(acc[1][n], phi, b0, b1);
-    if (n + 1 < kColumnTiles) {
-      mma_16x8x16(acc[0][n + 1], psi, b2, b3);
-      mma_16x8x16(acc[1][n + 1], phi, b2, b3);
-    }
-  }
-}
-
-template <int kColumnTiles, int kWarpsPerRow>
-__global__ void __launch_bounds__(kThreads, 2) contract_rows_column_kernel(RowParams p) {
-  using L = ColumnFormLayout<kColumnTiles>;
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int group = lane >> 2, quad = lane & 3;
-  const int tile = blockIdx.x;
-  const int row0 = (tile % p.row_tiles) * kRows;
-  const int b_cta = p.group_b0 + (tile / p.row_tiles) * kWarps;
-  const RowSplit<kWarpsPerRow> split(warp);
-  const int b = b_cta + split.row;
-  const int a0 = blockIdx.y * kColumnTiles * 4;  // first velocity of the block
-  const int mx = blockIdx.z;
-  const int stage_bytes = L::stage_bytes(p.window_pitch);
-
-  unsigned char* stages = smem + p.exposures_padded * 4;
-  const RowWindowCopies window_copies(p, mx, row0, b_cta, reinterpret_cast<std::int32_t*>(smem), L::y_bytes,
-                                      L::y_bytes + L::offset_bytes);
-  const int chunks = p.exposures_padded / kChunk;
-  const std::size_t E = p.exposures_padded;
-  // p.va_padded counts table columns here: two per velocity.
-  const RowShare<kColumnTiles * 8, 8, kThreads> x_rows;
-  const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + 2 * a0 + x_rows.row0) * E + x_rows.part * 4;
-  const int x_dst = x_rows.row0 * kYRowBytes + x_rows.part * 16;
-  int next_starts[RowWindowCopies::copies_per_chunk];
-  window_copies.read_starts(0, next_starts);
-  auto load_stage = [&](int chunk, int slot) {
-    unsigned char* st = stages + slot * stage_bytes;
-    const int e0 = chunk * kChunk;
-    x_rows.copy(st + x_dst, decltype(x_rows)::rows_per_pass * kYRowBytes, x_src + e0,
-                decltype(x_rows)::rows_per_pass * E);
-    window_copies.copy(st, e0, next_starts);
-    if (e0 + kChunk < p.exposures_padded) window_copies.read_starts(e0 + kChunk, next_starts);
-  };
-  prime_pipeline<kRowStages - 1>(chunks, load_stage);
-
-  float acc[2][kColumnTiles][4];  // [channel][n8 tile][fragment]: (real, imaginary) of rows g, g + 8
-#pragma unroll
-  for (int c = 0; c < 2; ++c)
-#pragma unroll
-    for (int n = 0; n < kColumnTiles; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[c][n][i] = 0.0f;
-  const int ld_row = ((lane >> 4) * 8 + (lane & 7)) * kYRowBytes + ((lane >> 3) & 1) * 16;
-  const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
-  const int window_pitch_bytes = p.window_pitch * 8;
-
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    advance_pipeline<kRowStages>(chunk, chunks, load_stage);
-    const unsigned char* st = stages + (chunk % kRowStages) * stage_bytes;
-    const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk;
-    const unsigned char* windows = st + L::y_bytes + L::offset_bytes + group * 8;
-#pragma unroll
-    for (int s = 0; s < RowSplit<kWarpsPerRow>::steps; ++s) {
-      const int step = split.step(s);
-      std::uint32_t psi[4], phi[4];
-      gather_row_quads(windows, offsets, window_pitch_bytes, quad, step, psi, phi);
-      column_form_products<kColumnTiles>(st + step * 32, ld_row, ld_row_x2, psi, phi, acc);
-    }
-  }
-
-  if (!split.template gather_partials<2 * kColumnTiles * 4>(&acc[0][0][0], stages, lane)) return;
-  if (b >= p.b_end) return;
-  const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
-  // Fragment elements 2h, 2h + 1 of tile n: the real and imaginary output of velocity
-  // a0 + 4n + quad at the warp's row group + 8h.
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = group + 8 * half;
-    if (row0 + row >= p.region_height) continue;
-#pragma unroll
-    for (int n = 0; n < kColumnTiles; ++n) {
-      const int a = a0 + 4 * n + quad;
-      if (a >= p.va) continue;
-      float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
-      store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row0 + row,
-                            make_float2(acc[0][n][2 * half] * scale_psi, acc[0][n][2 * half + 1] * scale_psi),
-                            make_float2(acc[1][n][2 * half] * scale_phi, acc[1][n][2 * half + 1] * scale_phi));
-    }
-  }
 }
 
 // The row route on wgmma: the CTA's warpgroup (4 rows b x 16 rows y = 64 rows) issues m64n72k16
@@ -1197,29 +1054,19 @@ __global__ void fractional_x_table_kernel(const std::int32_t* sx, const float* f
 
 // x phases in FP16: table[mx][a][e] = exp(2 pi i mx sx[a,e] / nx) for mx < rows (nx, or nx / 2 + 1
 // on the row route), zero for padded a and e.
-// columns: va_padded velocities, or twice that in the column form of the row mma kernel
-// (contract_rows_column_kernel), where column 2a holds (Yr, -Yi) and 2a + 1 holds (Yi, Yr).
 __global__ void x_phase_table_kernel(const std::int32_t* sx, const __half2* root_x, int nx, int rows, int va,
-                                     int va_padded, int exposures, int exposures_padded, bool column_form,
-                                     __half2* table) {
-  const int columns = column_form ? 2 * va_padded : va_padded;
+                                     int va_padded, int exposures, int exposures_padded, __half2* table) {
   const std::size_t idx = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::size_t total = std::size_t(rows) * columns * exposures_padded;
+  const std::size_t total = std::size_t(rows) * va_padded * exposures_padded;
   if (idx >= total) return;
   const int e = int(idx % exposures_padded);
-  const int column = int(idx / exposures_padded % columns);
-  const int a = column_form ? column / 2 : column;
-  const int mx = int(idx / (std::size_t(exposures_padded) * columns));
+  const int a = int(idx / exposures_padded % va_padded);
+  const int mx = int(idx / (std::size_t(exposures_padded) * va_padded));
   __half2 value = __floats2half2_rn(0.0f, 0.0f);
   if (a < va && e < exposures) {
     int j = int((long long)mx * sx[std::size_t(a) * exposures + e] % nx);
     if (j < 0) j += nx;
     value = root_x[j];
-    if (column_form) {
-      std::uint32_t real_output, imaginary_output;
-      block_pairs(half2_bits(value), real_output, imaginary_output);
-      value = bits_half2(column % 2 ? imaginary_output : real_output);
-    }
   }
   table[idx] = value;
 }
@@ -1260,14 +1107,9 @@ class TensorCoreEngine final : public SpectralEngine {
   // address one x frequency's rows (exposures x row span) with 32-bit offsets.
   bool row_route_fits(const SpectralState& s) const override {
     if (std::size_t(s.exposures_padded) * s.row_span >= (std::size_t(1) << 31)) return false;
-    const std::string kernel = forced_kernel();
-    const int column_form_tiles = std::min(tc::kMaxColumnFormTiles, (s.va + 3) / 4);
-    const int bytes =
-        kernel == "mma"          ? tc::RowLayout<tc::kMaxColumnTiles>::total_bytes(s.window_pitch, s.exposures_padded)
-        : kernel == "mma-column" ? s.exposures_padded * 4 +
-                                       tc::kRowStages * (column_form_tiles * 8 * tc::kYRowBytes + tc::kWarps * tc::kShiftRowBytes +
-                                                         tc::kChunk * s.window_pitch * 8)
-                                 : tc::RowWgmmaLayout::total_bytes(s.window_pitch, s.exposures_padded);
+    const int bytes = forced_kernel() == "mma"
+                          ? tc::RowLayout<tc::kMaxColumnTiles>::total_bytes(s.window_pitch, s.exposures_padded)
+                          : tc::RowWgmmaLayout::total_bytes(s.window_pitch, s.exposures_padded);
     return bytes <= kSharedBudget;
   }
 
@@ -1281,26 +1123,18 @@ class TensorCoreEngine final : public SpectralEngine {
     // mma.sync (HMMA), the faster on `dense` on the H200 and on an H100; the environment variable
     // SHIFTSTACK_TC_KERNEL=mma|wgmma|wgmma-split forces one (for tests and timing).
     const std::string kernel = forced_kernel();
-    require(!s.fractional || kernel == "mma" || kernel == "mma-column",
+    require(!s.fractional || kernel == "mma",
             "SHIFTSTACK_TC_KERNEL=" + kernel + ": fractional shifts run on the mma.sync kernel only (their six "
             "products per step are not built for wgmma)");
-    use_wgmma_ = kernel == "wgmma" || kernel == "wgmma-split";
+    use_wgmma_ = kernel != "mma";
     split_channels_ = kernel == "wgmma-split";
-    column_form_ = s.row_route && kernel == "mma-column";
-    // The split last group of rows b (launch_row_groups) is opt-in until it is measured on a GPU.
-    const char* tail = std::getenv("SHIFTSTACK_TC_ROW_TAIL");
-    require(!tail || std::string(tail) == "0" || std::string(tail) == "1",
-            "SHIFTSTACK_TC_ROW_TAIL must be 0 or 1, not '" + std::string(tail ? tail : "") + "'");
-    tail_split_ = tail && std::string(tail) == "1";
+    tail_split_ = split_last_group(s.exposures_padded / tc::kChunk);
     if (use_wgmma_) column_tiles_ = tc::kWgmmaColumns / 8;
-    // Velocities per n8 tile: 8 (one table column each), or 4 in the column form (two each).
-    const int per_tile = column_form_ ? 4 : 8;
-    if (column_form_) column_tiles_ = std::min(tc::kMaxColumnFormTiles, (s.va + 3) / 4);
-    column_blocks_ = (s.va + column_tiles_ * per_tile - 1) / (column_tiles_ * per_tile);
-    va_padded_ = column_blocks_ * column_tiles_ * per_tile;
+    column_blocks_ = (s.va + column_tiles_ * 8 - 1) / (column_tiles_ * 8);
+    va_padded_ = column_blocks_ * column_tiles_ * 8;
     const FourierGeometry& g = s.geometry;
     const int table_rows = s.row_route ? s.nxh() : g.nx;
-    table_stride_ = std::size_t(table_rows) * va_padded_ * (column_form_ ? 2 : 1) * s.exposures_padded;
+    table_stride_ = std::size_t(table_rows) * va_padded_ * s.exposures_padded;
     const unsigned blocks = unsigned((table_stride_ + 255) / 256);
     if (s.fractional) {
       x_phases_.resize(tc::kFracTables * table_stride_);
@@ -1311,7 +1145,7 @@ class TensorCoreEngine final : public SpectralEngine {
       x_phases_.resize(table_stride_);
       tc::x_phase_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.get(), s.root_x_half.get(), g.nx, table_rows,
                                                              s.va, va_padded_, s.exposures, s.exposures_padded,
-                                                             column_form_, x_phases_.get());
+                                                             x_phases_.get());
     }
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
@@ -1321,8 +1155,6 @@ class TensorCoreEngine final : public SpectralEngine {
       with_column_tiles([&]<int kTiles>() { launch_fractional<kTiles>(s, b_begin, b_end); });
     } else if (s.row_route && use_wgmma_) {
       launch_rows_wgmma(s, b_begin, b_end);
-    } else if (s.row_route && column_form_) {
-      with_column_form_tiles([&]<int kTiles>() { launch_rows_column<kTiles>(s, b_begin, b_end); });
     } else if (s.row_route) {
       with_column_tiles([&]<int kTiles>() { launch_rows<kTiles>(s, b_begin, b_end); });
     } else if (use_wgmma_) {
@@ -1335,11 +1167,24 @@ class TensorCoreEngine final : public SpectralEngine {
  private:
   static constexpr int kSharedBudget = 110 * 1024;  // two CTAs per SM (228 KB each SM)
 
+  // Whether the row kernels' last group of one or two rows b is launched apart with its steps
+  // split (launch_row_groups). It saves the padding rows' products but costs a second launch and
+  // a reduction: on an H100, `dense` (32 chunks of exposures) 6.73-6.85 -> 6.60 ms, `kbmod` (7)
+  // 1.817 -> 1.798, `ci` (1) 0.043 -> 0.051. Hence the split from 4 chunks on (a threshold
+  // between the measured 1 and 7); SHIFTSTACK_TC_ROW_TAIL=0 or 1 forces it off or on.
+  static bool split_last_group(int chunks) {
+    const char* forced = std::getenv("SHIFTSTACK_TC_ROW_TAIL");
+    if (!forced) return chunks >= 4;
+    const std::string value = forced;
+    require(value == "0" || value == "1", "SHIFTSTACK_TC_ROW_TAIL must be 0 or 1, not '" + value + "'");
+    return value == "1";
+  }
+
   static std::string forced_kernel() {
     const char* forced = std::getenv("SHIFTSTACK_TC_KERNEL");
     const std::string kernel = forced ? forced : "mma";
-    require(kernel == "mma" || kernel == "mma-column" || kernel == "wgmma" || kernel == "wgmma-split",
-            "SHIFTSTACK_TC_KERNEL must be mma, mma-column, wgmma or wgmma-split, not '" + kernel + "'");
+    require(kernel == "mma" || kernel == "wgmma" || kernel == "wgmma-split",
+            "SHIFTSTACK_TC_KERNEL must be mma, wgmma or wgmma-split, not '" + kernel + "'");
     return kernel;
   }
 
@@ -1409,7 +1254,7 @@ class TensorCoreEngine final : public SpectralEngine {
     p.window_pitch = s.window_pitch;
     p.exposures_padded = s.exposures_padded;
     p.va = s.va;
-    p.va_padded = column_form_ ? 2 * va_padded_ : va_padded_;
+    p.va_padded = va_padded_;
     p.row_tiles = (s.region.height + tc::kRows - 1) / tc::kRows;
     p.nx = s.geometry.nx;
     p.out_pitch = s.geometry.ny;
@@ -1443,10 +1288,10 @@ class TensorCoreEngine final : public SpectralEngine {
                       tc::RowWgmmaLayout::total_bytes(s.window_pitch, s.exposures_padded), s, b_begin, b_end,
                       b_begin, (b_end - b_begin + tc::kWarps - 1) / tc::kWarps);
   }
-  // With tail_split_ (SHIFTSTACK_TC_ROW_TAIL=1): the chunk's full groups of kWarps rows b, then a
-  // last group of one or two rows with its k16 steps split between kWarps / rows warps per row
-  // (RowSplit), so that no warp multiplies padding rows. A last group of three rows keeps one
-  // padding warp (a split of 4 / 3 does not divide).
+  // With tail_split_: the chunk's full groups of kWarps rows b, then a last group of one or two
+  // rows with its k16 steps split between kWarps / rows warps per row (RowSplit), so that no warp
+  // multiplies padding rows. A last group of three rows keeps one padding warp (a split of 4 / 3
+  // does not divide).
   template <class Launch>
   void launch_row_groups(int b_begin, int b_end, Launch&& launch) const {
     const int groups = (b_end - b_begin + tc::kWarps - 1) / tc::kWarps, rest = (b_end - b_begin) % tc::kWarps;
@@ -1472,23 +1317,6 @@ class TensorCoreEngine final : public SpectralEngine {
       launch_row_kernel(tc::contract_rows_kernel<kColumnTiles, kWarpsPerRow>, smem, s, b_begin, b_end, group_b0,
                         groups);
     });
-  }
-  template <int kColumnTiles>
-  void launch_rows_column(SpectralState& s, int b_begin, int b_end) {
-    launch_row_groups(b_begin, b_end, [&]<int kWarpsPerRow>(int group_b0, int groups) {
-      using L = tc::ColumnFormLayout<kColumnTiles>;
-      const int smem = std::max(L::total_bytes(s.window_pitch, s.exposures_padded),
-                                s.exposures_padded * 4 + tc::RowSplit<kWarpsPerRow>::reduction_bytes(8 * kColumnTiles));
-      launch_row_kernel(tc::contract_rows_column_kernel<kColumnTiles, kWarpsPerRow>, smem, s, b_begin, b_end,
-                        group_b0, groups);
-    });
-  }
-  // Calls launch.operator()<column_tiles_>() for the column form's 1 to 17 n8 tiles.
-  template <class Launch>
-  void with_column_form_tiles(Launch&& launch) const {
-    [&]<int... kIndex>(std::integer_sequence<int, kIndex...>) {
-      ((column_tiles_ == kIndex + 1 ? (launch.template operator()<kIndex + 1>(), 0) : 0), ...);
-    }(std::make_integer_sequence<int, tc::kMaxColumnFormTiles>{});
   }
 
   // Calls launch.operator()<column_tiles_>() (kernels are instantiated for 1 to 9 n8 tiles).
@@ -1526,7 +1354,7 @@ class TensorCoreEngine final : public SpectralEngine {
 
   int column_tiles_ = 0, column_blocks_ = 0, va_padded_ = 0;
   std::size_t table_stride_ = 0;  // half2 per x table
-  bool use_wgmma_ = false, split_channels_ = false, column_form_ = false, tail_split_ = false;
+  bool use_wgmma_ = false, split_channels_ = false, tail_split_ = false;
   DeviceArray<__half2> x_phases_;
 };
 
