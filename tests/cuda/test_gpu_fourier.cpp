@@ -355,21 +355,19 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
       EXPECT_GT(diagnostics_of(*engine).velocity_chunks, 1);
     }
     expect_agreement("cuda-tc", c, rows, tolerance_for("cuda-tc"));
-    // The row route's wgmma kernel (on request) computes the same products.
-    setenv("SHIFTSTACK_TC_KERNEL", "wgmma", 1);
-    auto wgmma_engine = make_engine("cuda-tc");
-    const SearchResult rows_wgmma = search(*wgmma_engine, c.stack, c.kit.bank, policy, shape.region);
-    unsetenv("SHIFTSTACK_TC_KERNEL");
-    EXPECT_EQ(diagnostics_of(*wgmma_engine).row_route, shape.row_route);
-    expect_agreement("cuda-tc wgmma", c, rows_wgmma, tolerance_for("cuda-tc"));
-    // The chunk's last group of one or two rows b with its steps split between the warps (on
-    // request: these stacks have too few exposures for it to be chosen).
-    setenv("SHIFTSTACK_TC_ROW_TAIL", "1", 1);
-    auto split_engine = make_engine("cuda-tc");
-    const SearchResult rows_split = search(*split_engine, c.stack, c.kit.bank, policy, shape.region);
-    unsetenv("SHIFTSTACK_TC_ROW_TAIL");
-    EXPECT_EQ(diagnostics_of(*split_engine).row_route, shape.row_route);
-    expect_agreement("cuda-tc split", c, rows_split, tolerance_for("cuda-tc"));
+    // Variants on request compute the same products: the row route's wgmma kernel, and the
+    // chunk's last group of one or two rows b with its steps split between the warps (these
+    // stacks have too few exposures for the split to be chosen).
+    const auto expect_variant_agrees = [&](const char* variable, const char* value, const std::string& label) {
+      setenv(variable, value, 1);
+      auto variant_engine = make_engine("cuda-tc");
+      const SearchResult variant = search(*variant_engine, c.stack, c.kit.bank, policy, shape.region);
+      unsetenv(variable);
+      EXPECT_EQ(diagnostics_of(*variant_engine).row_route, shape.row_route);
+      expect_agreement(label, c, variant, tolerance_for("cuda-tc"));
+    };
+    expect_variant_agrees("SHIFTSTACK_TC_KERNEL", "wgmma", "cuda-tc wgmma");
+    expect_variant_agrees("SHIFTSTACK_TC_ROW_TAIL", "1", "cuda-tc split");
     setenv("SHIFTSTACK_TC_ROUTE", "planes", 1);
     const SearchResult planes = search(*engine, c.stack, c.kit.bank, policy, shape.region);
     unsetenv("SHIFTSTACK_TC_ROUTE");
