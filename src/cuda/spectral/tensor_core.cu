@@ -643,7 +643,7 @@ struct RowSplit {
   int row, part;
   __device__ explicit RowSplit(int warp) : row(warp / kWarpsPerRow), part(warp % kWarpsPerRow) {}
   __device__ int step(int s) const { return s * kWarpsPerRow + part; }
-  // Shared bytes of the partial sums of kValues floats per lane.
+  // Shared bytes of the partial sums, `values` floats per lane of each warp past part 0.
   __host__ __device__ static constexpr int reduction_bytes(int values) {
     return kWarpsPerRow == 1 ? 0 : kWarps / kWarpsPerRow * (kWarpsPerRow - 1) * values * 32 * 4;
   }
