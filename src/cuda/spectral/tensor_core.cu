@@ -526,6 +526,7 @@ template <int kColumnTiles>
 struct RowLayout {
   static constexpr int y_bytes = kColumnTiles * 8 * kYRowBytes;
   static constexpr int offset_bytes = kWarps * kShiftRowBytes;
+  static constexpr int accumulators = 2 * 2 * kColumnTiles * 4;  // per lane: [channel][re, im][tile][fragment]
   __host__ __device__ static int window_bytes(int pitch) { return kChunk * pitch * 8; }
   __host__ __device__ static int stage_bytes(int pitch) { return y_bytes + offset_bytes + window_bytes(pitch); }
   __host__ __device__ static int starts_bytes(int exposures_padded) { return exposures_padded * 4; }
@@ -645,7 +646,7 @@ struct RowSplit {
   __device__ int step(int s) const { return s * kWarpsPerRow + part; }
   // Shared bytes of the partial sums, `values` floats per lane of each warp past part 0.
   __host__ __device__ static constexpr int reduction_bytes(int values) {
-    return kWarpsPerRow == 1 ? 0 : kWarps / kWarpsPerRow * (kWarpsPerRow - 1) * values * 32 * 4;
+    return (kWarps - kWarps / kWarpsPerRow) * values * 32 * 4;
   }
   // After the last chunk: warps with part > 0 leave their sums in `scratch` (the stages, free
   // once every copy has landed); part 0 adds them. Returns whether this warp writes outputs.
@@ -713,6 +714,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   prime_pipeline<kRowStages - 1>(chunks, load_stage);
 
   float acc[2][2][kColumnTiles][4];  // [channel][real, imaginary][n8 tile][fragment]
+  static_assert(sizeof(acc) == L::accumulators * sizeof(float));
   zero_accumulators(acc);
   const int ld_row = ((lane >> 4) * 8 + (lane & 7)) * kYRowBytes + ((lane >> 3) & 1) * 16;
   const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
@@ -733,7 +735,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
     }
   }
 
-  if (!split.template gather_partials<2 * 2 * kColumnTiles * 4>(&acc[0][0][0][0], stages, lane)) return;
+  if (!split.template gather_partials<L::accumulators>(&acc[0][0][0][0], stages, lane)) return;
   write_row_outputs<kColumnTiles>(p, mx, row0, b, a0, group, quad,
                                   [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
 }
@@ -1242,7 +1244,7 @@ class TensorCoreEngine final : public SpectralEngine {
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
 
-  tc::RowParams row_params(SpectralState& s, int b_begin, int b_end) const {
+  tc::RowParams row_params(SpectralState& s, int b_begin, int b_end, int group_b0) const {
     tc::RowParams p{};
     p.half_rows = s.half_spectra.get();
     p.scales = s.scales.get();
@@ -1262,7 +1264,7 @@ class TensorCoreEngine final : public SpectralEngine {
     p.region_height = s.region.height;
     p.b_begin = b_begin;
     p.b_end = b_end;
-    p.group_b0 = b_begin;
+    p.group_b0 = group_b0;
     p.norm = s.inverse_norm();
     p.out = s.velocity_spectra.get();
     return p;
@@ -1273,8 +1275,7 @@ class TensorCoreEngine final : public SpectralEngine {
   template <class Kernel>
   void launch_row_kernel(Kernel kernel, int smem, SpectralState& s, int b_begin, int b_end, int group_b0,
                          int groups) {
-    tc::RowParams p = row_params(s, b_begin, b_end);
-    p.group_b0 = group_b0;
+    const tc::RowParams p = row_params(s, b_begin, b_end, group_b0);
     require(smem <= kSharedBudget, "engine 'cuda-tc': the row route needs " + std::to_string(smem) +
                                        " bytes of shared memory per CTA (window starts of " +
                                        std::to_string(p.exposures_padded) + " exposures); set SHIFTSTACK_TC_ROUTE=planes");
@@ -1313,7 +1314,7 @@ class TensorCoreEngine final : public SpectralEngine {
       using L = tc::RowLayout<kColumnTiles>;
       const int smem = std::max(L::total_bytes(s.window_pitch, s.exposures_padded),
                                 L::starts_bytes(s.exposures_padded) +
-                                    tc::RowSplit<kWarpsPerRow>::reduction_bytes(16 * kColumnTiles));
+                                    tc::RowSplit<kWarpsPerRow>::reduction_bytes(L::accumulators));
       launch_row_kernel(tc::contract_rows_kernel<kColumnTiles, kWarpsPerRow>, smem, s, b_begin, b_end, group_b0,
                         groups);
     });
