@@ -355,9 +355,10 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
       EXPECT_GT(diagnostics_of(*engine).velocity_chunks, 1);
     }
     expect_agreement("cuda-tc", c, rows, tolerance_for("cuda-tc"));
-    // Variants on request compute the same products: the row route's wgmma kernel, and the
-    // chunk's last group of one or two rows b with its steps split between the warps (these
-    // stacks have too few exposures for the split to be chosen).
+    // Variants on request compute the same products: the row route's wgmma kernel, the chunk's
+    // last group of one or two rows b with its steps split between the warps (these stacks have
+    // too few exposures for the split to be chosen), and column blocks with and without a paired
+    // last tile (chosen here for vx 3, 9, 65 and 75).
     const auto expect_variant_agrees = [&](const char* variable, const char* value, const std::string& label) {
       setenv(variable, value, 1);
       auto variant_engine = make_engine("cuda-tc");
@@ -368,6 +369,8 @@ TEST(GpuFourier, RowRouteAgreesWithReferenceAndThePlanarRoute) {
     };
     expect_variant_agrees("SHIFTSTACK_TC_KERNEL", "wgmma", "cuda-tc wgmma");
     expect_variant_agrees("SHIFTSTACK_TC_ROW_TAIL", "1", "cuda-tc split");
+    expect_variant_agrees("SHIFTSTACK_TC_PAIRED_TILE", "0", "cuda-tc without a paired tile");
+    expect_variant_agrees("SHIFTSTACK_TC_PAIRED_TILE", "1", "cuda-tc with a paired tile");
     setenv("SHIFTSTACK_TC_ROUTE", "planes", 1);
     const SearchResult planes = search(*engine, c.stack, c.kit.bank, policy, shape.region);
     unsetenv("SHIFTSTACK_TC_ROUTE");
@@ -426,6 +429,9 @@ TEST(GpuFourier, RowRouteSwitchRefusesOtherValues) {
   setenv("SHIFTSTACK_TC_ROW_TAIL", "yes", 1);
   EXPECT_THROW(search(*engine, c.stack, c.kit.bank), Error);
   unsetenv("SHIFTSTACK_TC_ROW_TAIL");
+  setenv("SHIFTSTACK_TC_PAIRED_TILE", "2", 1);
+  EXPECT_THROW(search(*engine, c.stack, c.kit.bank), Error);
+  unsetenv("SHIFTSTACK_TC_PAIRED_TILE");
 }
 
 // The CPU emulation reproduces the planar route's operands (the phases of y shifts included).

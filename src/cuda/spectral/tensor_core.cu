@@ -45,6 +45,15 @@ constexpr int kStages = 3;         // cp.async pipeline depth
 // about 7,900 exposures the starts table and four stages leave room for one CTA per SM, not two.
 constexpr int kRowStages = 4;
 constexpr int kMaxColumnTiles = 9; // n8 tiles per CTA: 72 columns (65 velocities + 7 padding)
+// A paired n8 tile holds up to 4 velocities a, two columns each: (Yr, Yi), whose product with the
+// real rows (Xr, -Xi) of the block form is the real output, and (Yi, -Yr), whose product with the
+// same rows is the imaginary one. It costs one product per channel and k16 step where a tile of 8
+// velocities costs two. The row mma kernel may end its column blocks with one (kPairedLast), so
+// that `dense`'s 65 velocities take 8 tiles and a paired one (34 products per step, not 36).
+constexpr int kPairedVelocities = 4;
+__host__ __device__ constexpr int block_velocities(int column_tiles, bool paired_last) {
+  return column_tiles * 8 - (paired_last ? 8 - kPairedVelocities : 0);
+}
 // Shared-memory rows, padded so that the 8 rows one ldmatrix (or one 8-byte load phase) touches
 // fall in distinct banks: a row of Y holds kChunk half2 (128 B) + 16 B; a row of spectra kChunk
 // (psi, phi) half2 pairs (256 B) + 32 B.
@@ -223,11 +232,20 @@ __device__ __forceinline__ void form_operands(const StepInputs& in, std::uint32_
 
 // One k16 step of the integer mma.sync kernels: both channels' real and imaginary rows
 // (operands[c * 2 + r]) against every n8 tile of the x table at ystep (ldmatrix rows ld_row,
-// ld_row_x2 for a last odd tile).
-template <int kColumnTiles>
+// ld_row_x2 for a last odd tile). With kPairedLast the last tile is a paired tile (see
+// kPairedVelocities): the real rows alone, one product per channel, into acc[c][0] of the tile.
+template <int kColumnTiles, bool kPairedLast = false>
 __device__ __forceinline__ void column_products(const unsigned char* ystep, int ld_row, int ld_row_x2,
                                                 const std::uint32_t (&operands)[4][4],
                                                 float (&acc)[2][2][kColumnTiles][4]) {
+  const auto tile_products = [&](int n, std::uint32_t b0, std::uint32_t b1) {
+    const bool paired = kPairedLast && n == kColumnTiles - 1;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      mma_16x8x16(acc[c][0][n], operands[2 * c], b0, b1);
+      if (!paired) mma_16x8x16(acc[c][1][n], operands[2 * c + 1], b0, b1);
+    }
+  };
 #pragma unroll
   for (int n = 0; n < kColumnTiles; n += 2) {
     std::uint32_t b0, b1, b2 = 0, b3 = 0;
@@ -236,18 +254,8 @@ __device__ __forceinline__ void column_products(const unsigned char* ystep, int 
     } else {
       load_matrix_x2(b0, b1, ystep + n * 8 * kYRowBytes + ld_row_x2);
     }
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      mma_16x8x16(acc[c][0][n], operands[2 * c], b0, b1);
-      mma_16x8x16(acc[c][1][n], operands[2 * c + 1], b0, b1);
-    }
-    if (n + 1 < kColumnTiles) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        mma_16x8x16(acc[c][0][n + 1], operands[2 * c], b2, b3);
-        mma_16x8x16(acc[c][1][n + 1], operands[2 * c + 1], b2, b3);
-      }
-    }
+    tile_products(n, b0, b1);
+    if (n + 1 < kColumnTiles) tile_products(n + 1, b2, b3);
   }
 }
 
@@ -598,38 +606,65 @@ struct RowWindowCopies {
 };
 
 // The row route's epilogue: the per-mx scales and 1 / nx, rows y of the region only, mx and its
-// mirror (store_both_channels_x); value(c, r, n, i) as in write_outputs.
-template <int kColumnTiles, class Value>
+// mirror (store_both_channels_x); value(c, r, n, i) as in write_outputs. With kPairedLast the
+// last tile is paired: lane quad holds velocity a0 + 8 (kColumnTiles - 1) + quad, its real and
+// imaginary outputs in the real accumulators' elements 2 half and 2 half + 1.
+template <int kColumnTiles, bool kPairedLast, class Value>
 __device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, int row0, int b, int a0, int group,
                                                   int quad, Value value) {
   if (b >= p.b_end) return;
   const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
-  for_each_fragment_element<kColumnTiles>(
+  const auto store = [&](int row, int a, float2 psi, float2 phi) {
+    float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
+    store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row0 + row,
+                          make_float2(psi.x * scale_psi, psi.y * scale_psi),
+                          make_float2(phi.x * scale_phi, phi.y * scale_phi));
+  };
+  constexpr int kPlainTiles = kColumnTiles - (kPairedLast ? 1 : 0);
+  for_each_fragment_element<kPlainTiles>(
       a0, p.va, group, quad, [&](int row) { return row0 + row < p.region_height; },
       [&](int row, int a, int n, int i) {
-        float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
-        store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row0 + row,
-                              make_float2(value(0, 0, n, i) * scale_psi, value(0, 1, n, i) * scale_psi),
-                              make_float2(value(1, 0, n, i) * scale_phi, value(1, 1, n, i) * scale_phi));
+        store(row, a, make_float2(value(0, 0, n, i), value(0, 1, n, i)),
+              make_float2(value(1, 0, n, i), value(1, 1, n, i)));
       });
+  if constexpr (kPairedLast) {
+    const int a = a0 + kPlainTiles * 8 + quad;
+    if (a >= p.va) return;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = group + 8 * half;
+      if (row0 + row >= p.region_height) continue;
+      store(row, a, make_float2(value(0, 0, kPlainTiles, 2 * half), value(0, 0, kPlainTiles, 2 * half + 1)),
+            make_float2(value(1, 0, kPlainTiles, 2 * half), value(1, 0, kPlainTiles, 2 * half + 1)));
+    }
+  }
 }
 
 // One k16 step's A registers of a row-route warp: exposures q and q + 4 of the step, rows g and
 // g + 8 of the warp's 16 (window rows offset + g), as (psi real, psi imaginary, phi real, phi
 // imaginary) rows of the real block form.
-__device__ __forceinline__ void gather_row_operands(const unsigned char* windows, const std::int32_t* offsets,
-                                                    int window_pitch_bytes, int quad, int step,
-                                                    std::uint32_t (&operands)[4][4]) {
+struct RowSamples {
+  uint2 pair[4];  // (psi, phi) of A registers 0-3
+};
+__device__ __forceinline__ RowSamples read_row_samples(const unsigned char* windows, const std::int32_t* offsets,
+                                                       int window_pitch_bytes, int quad, int step) {
   const int e_lo = step * 8 + quad, e_hi = e_lo + 4;
   const unsigned char* lo = windows + e_lo * window_pitch_bytes + offsets[e_lo] * 8;
   const unsigned char* hi = windows + e_hi * window_pitch_bytes + offsets[e_hi] * 8;
-  const uint2 samples[4] = {*reinterpret_cast<const uint2*>(lo), *reinterpret_cast<const uint2*>(lo + 64),
-                            *reinterpret_cast<const uint2*>(hi), *reinterpret_cast<const uint2*>(hi + 64)};
+  return {{*reinterpret_cast<const uint2*>(lo), *reinterpret_cast<const uint2*>(lo + 64),
+           *reinterpret_cast<const uint2*>(hi), *reinterpret_cast<const uint2*>(hi + 64)}};
+}
+__device__ __forceinline__ void form_row_operands(const RowSamples& samples, std::uint32_t (&operands)[4][4]) {
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    block_pairs(samples[r].x, operands[0][r], operands[1][r]);
-    block_pairs(samples[r].y, operands[2][r], operands[3][r]);
+    block_pairs(samples.pair[r].x, operands[0][r], operands[1][r]);
+    block_pairs(samples.pair[r].y, operands[2][r], operands[3][r]);
   }
+}
+__device__ __forceinline__ void gather_row_operands(const unsigned char* windows, const std::int32_t* offsets,
+                                                    int window_pitch_bytes, int quad, int step,
+                                                    std::uint32_t (&operands)[4][4]) {
+  form_row_operands(read_row_samples(windows, offsets, window_pitch_bytes, quad, step), operands);
 }
 
 // The last group of a velocity chunk may hold fewer than kWarps real rows b. Its CTAs split the
@@ -676,7 +711,7 @@ struct RowSplit {
   }
 };
 
-template <int kColumnTiles, int kWarpsPerRow>
+template <int kColumnTiles, int kWarpsPerRow, bool kPairedLast>
 __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p) {
   using L = RowLayout<kColumnTiles>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -687,7 +722,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   const int b_cta = p.group_b0 + (tile / p.row_tiles) * kWarps;
   const RowSplit<kWarpsPerRow> split(warp);
   const int b = b_cta + split.row;
-  const int a0 = blockIdx.y * kColumnTiles * 8;
+  const int a0 = blockIdx.y * block_velocities(kColumnTiles, kPairedLast);  // the block's first velocity
   const int mx = blockIdx.z;
   const int stage_bytes = L::stage_bytes(p.window_pitch);
 
@@ -698,7 +733,9 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   const int chunks = p.exposures_padded / kChunk;
   const std::size_t E = p.exposures_padded;
   const RowShare<kColumnTiles * 8, 8, kThreads> x_rows;
-  const __half2* x_src = p.x_phases + (std::size_t(mx) * p.va_padded + a0 + x_rows.row0) * E + x_rows.part * 4;
+  const int table_row0 = blockIdx.y * kColumnTiles * 8;  // the block's first x-table row (8 per tile)
+  const __half2* x_src =
+      p.x_phases + (std::size_t(mx) * p.va_padded + table_row0 + x_rows.row0) * E + x_rows.part * 4;
   const int x_dst = x_rows.row0 * kYRowBytes + x_rows.part * 16;
   // Stages load in chunk order, so each load reads the next chunk's window starts.
   int next_starts[RowWindowCopies::copies_per_chunk];
@@ -720,6 +757,7 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
   const int window_pitch_bytes = p.window_pitch * 8;
 
+#ifndef SHIFTSTACK_TC_EARLY_STEP
   for (int chunk = 0; chunk < chunks; ++chunk) {
     advance_pipeline<kRowStages>(chunk, chunks, load_stage);
     const unsigned char* st = stages + (chunk % kRowStages) * stage_bytes;
@@ -731,13 +769,45 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
       std::uint32_t operands[4][4];
       gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, operands);
       const unsigned char* ystep = st + step * 32;
-      column_products<kColumnTiles>(ystep, ld_row, ld_row_x2, operands, acc);
+      column_products<kColumnTiles, kPairedLast>(ystep, ld_row, ld_row_x2, operands, acc);
     }
   }
+#else
+  // Each chunk waits for the next one's stage too, so that its last step can read the next
+  // chunk's first samples: after the barrier the first products need no shared-memory load.
+  const auto stage_at = [&](int chunk) { return stages + (chunk % kRowStages) * stage_bytes; };
+  const auto first_samples = [&](int chunk) {
+    const unsigned char* st = stage_at(chunk);
+    return read_row_samples(st + L::y_bytes + L::offset_bytes + group * 8,
+                            reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk,
+                            window_pitch_bytes, quad, split.step(0));
+  };
+  copy_async_wait<kRowStages - 2>();
+  __syncthreads();
+  RowSamples next = first_samples(0);
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    copy_async_wait<kRowStages - 3>();
+    __syncthreads();
+    if (chunk + kRowStages - 1 < chunks) load_stage(chunk + kRowStages - 1, (chunk + kRowStages - 1) % kRowStages);
+    copy_async_commit();
+    const unsigned char* st = stage_at(chunk);
+    const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk;
+    const unsigned char* windows = st + L::y_bytes + L::offset_bytes + group * 8;
+#pragma unroll
+    for (int s = 0; s < RowSplit<kWarpsPerRow>::steps; ++s) {
+      const int step = split.step(s);
+      std::uint32_t operands[4][4];
+      form_row_operands(s == 0 ? next : read_row_samples(windows, offsets, window_pitch_bytes, quad, step), operands);
+      if (s + 1 == RowSplit<kWarpsPerRow>::steps && chunk + 1 < chunks) next = first_samples(chunk + 1);
+      const unsigned char* ystep = st + step * 32;
+      column_products<kColumnTiles, kPairedLast>(ystep, ld_row, ld_row_x2, operands, acc);
+    }
+  }
+#endif
 
   if (!split.template gather_partials<L::accumulators>(&acc[0][0][0][0], stages, lane)) return;
-  write_row_outputs<kColumnTiles>(p, mx, row0, b, a0, group, quad,
-                                  [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
+  write_row_outputs<kColumnTiles, kPairedLast>(p, mx, row0, b, a0, group, quad,
+                                               [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
 }
 
 // The row route on wgmma: the CTA's warpgroup (4 rows b x 16 rows y = 64 rows) issues m64n72k16
@@ -826,8 +896,8 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_wgmma_kernel(RowPar
   for (int k = 0; k < 4; ++k)
 #pragma unroll
     for (int i = 0; i < 36; ++i) pin(acc[k][i]);
-  write_row_outputs<9>(p, mx, row0, b, a0, group, quad,
-                       [&](int c, int r, int n, int i) { return acc[c * 2 + r][4 * n + i]; });
+  write_row_outputs<9, false>(p, mx, row0, b, a0, group, quad,
+                              [&](int c, int r, int n, int i) { return acc[c * 2 + r][4 * n + i]; });
 }
 
 // --- fractional (bilinear) shifts ---------------------------------------------------------------
@@ -1054,21 +1124,29 @@ __global__ void fractional_x_table_kernel(const std::int32_t* sx, const float* f
   tables[2 * total + idx] = __floats2half2_rn(t.cross.x, t.cross.y);
 }
 
-// x phases in FP16: table[mx][a][e] = exp(2 pi i mx sx[a,e] / nx) for mx < rows (nx, or nx / 2 + 1
-// on the row route), zero for padded a and e.
+// x phases in FP16: table[mx][row][e] for mx < rows (nx, or nx / 2 + 1 on the row route), zero
+// for padded a and e; row a holds Y = exp(2 pi i mx sx[a,e] / nx) = (Yr, Yi). With paired_last,
+// each block of 8 column_tiles rows ends with a paired tile (kPairedVelocities): its rows 2j and
+// 2j + 1 hold (Yr, Yi) and (Yi, -Yr) of the block's velocity 8 (column_tiles - 1) + j.
 __global__ void x_phase_table_kernel(const std::int32_t* sx, const __half2* root_x, int nx, int rows, int va,
-                                     int va_padded, int exposures, int exposures_padded, __half2* table) {
+                                     int va_padded, int column_tiles, bool paired_last, int exposures,
+                                     int exposures_padded, __half2* table) {
   const std::size_t idx = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t total = std::size_t(rows) * va_padded * exposures_padded;
   if (idx >= total) return;
   const int e = int(idx % exposures_padded);
-  const int a = int(idx / exposures_padded % va_padded);
+  const int row = int(idx / exposures_padded % va_padded);
   const int mx = int(idx / (std::size_t(exposures_padded) * va_padded));
+  const int block_rows = column_tiles * 8, plain_rows = block_rows - (paired_last ? 8 : 0);
+  const int block = row / block_rows, r = row % block_rows;
+  const bool paired = r >= plain_rows;
+  const int a = block * block_velocities(column_tiles, paired_last) + (paired ? plain_rows + (r - plain_rows) / 2 : r);
   __half2 value = __floats2half2_rn(0.0f, 0.0f);
   if (a < va && e < exposures) {
     int j = int((long long)mx * sx[std::size_t(a) * exposures + e] % nx);
     if (j < 0) j += nx;
     value = root_x[j];
+    if (paired && (r - plain_rows) % 2 == 1) value = __halves2half2(__high2half(value), __hneg(__low2half(value)));
   }
   table[idx] = value;
 }
@@ -1133,7 +1211,10 @@ class TensorCoreEngine final : public SpectralEngine {
     tail_split_ = split_last_group(s.exposures_padded / tc::kChunk);
     if (use_wgmma_) column_tiles_ = tc::kWgmmaColumns / 8;
     column_blocks_ = (s.va + column_tiles_ * 8 - 1) / (column_tiles_ * 8);
-    va_padded_ = column_blocks_ * column_tiles_ * 8;
+    paired_last_ = false;
+    const int forced_paired = forced_paired_tile();
+    if (s.row_route && !use_wgmma_) choose_paired_tile(s.va, forced_paired);
+    va_padded_ = column_blocks_ * column_tiles_ * 8;  // x-table rows per mx
     const FourierGeometry& g = s.geometry;
     const int table_rows = s.row_route ? s.nxh() : g.nx;
     table_stride_ = std::size_t(table_rows) * va_padded_ * s.exposures_padded;
@@ -1146,8 +1227,8 @@ class TensorCoreEngine final : public SpectralEngine {
     } else {
       x_phases_.resize(table_stride_);
       tc::x_phase_table_kernel<<<blocks, 256, 0, s.stream>>>(s.shift_x.get(), s.root_x_half.get(), g.nx, table_rows,
-                                                             s.va, va_padded_, s.exposures, s.exposures_padded,
-                                                             x_phases_.get());
+                                                             s.va, va_padded_, column_tiles_, paired_last_,
+                                                             s.exposures, s.exposures_padded, x_phases_.get());
     }
     SHIFTSTACK_CUDA_CHECK_LAUNCH();
   }
@@ -1179,6 +1260,29 @@ class TensorCoreEngine final : public SpectralEngine {
     if (!forced) return chunks >= 4;
     const std::string value = forced;
     require(value == "0" || value == "1", "SHIFTSTACK_TC_ROW_TAIL must be 0 or 1, not '" + value + "'");
+    return value == "1";
+  }
+
+  // The row mma kernel's column blocks may end with a paired tile (tc::kPairedVelocities): taken
+  // where it needs fewer products per k16 step over all blocks than tiles of 8 velocities only
+  // (`dense`'s 65 velocities: 34 against 36). SHIFTSTACK_TC_PAIRED_TILE=0 or 1 forces it off or on.
+  // (forced: -1 for the choice, else 0 or 1).
+  void choose_paired_tile(int va, int forced) {
+    const int paired_tiles = std::min(tc::kMaxColumnTiles, (va + 8 - tc::kPairedVelocities + 7) / 8);
+    const int velocities = tc::block_velocities(paired_tiles, true);
+    const int paired_blocks = (va + velocities - 1) / velocities;
+    const bool fewer_products = paired_blocks * (2 * paired_tiles - 1) < column_blocks_ * 2 * column_tiles_;
+    if (forced < 0 ? !fewer_products : forced == 0) return;
+    paired_last_ = true;
+    column_tiles_ = paired_tiles;
+    column_blocks_ = paired_blocks;
+  }
+
+  static int forced_paired_tile() {
+    const char* forced = std::getenv("SHIFTSTACK_TC_PAIRED_TILE");
+    if (!forced) return -1;
+    const std::string value = forced;
+    require(value == "0" || value == "1", "SHIFTSTACK_TC_PAIRED_TILE must be 0 or 1, not '" + value + "'");
     return value == "1";
   }
 
@@ -1315,8 +1419,13 @@ class TensorCoreEngine final : public SpectralEngine {
       const int smem = std::max(L::total_bytes(s.window_pitch, s.exposures_padded),
                                 L::starts_bytes(s.exposures_padded) +
                                     tc::RowSplit<kWarpsPerRow>::reduction_bytes(L::accumulators));
-      launch_row_kernel(tc::contract_rows_kernel<kColumnTiles, kWarpsPerRow>, smem, s, b_begin, b_end, group_b0,
-                        groups);
+      if (paired_last_) {
+        launch_row_kernel(tc::contract_rows_kernel<kColumnTiles, kWarpsPerRow, true>, smem, s, b_begin, b_end,
+                          group_b0, groups);
+      } else {
+        launch_row_kernel(tc::contract_rows_kernel<kColumnTiles, kWarpsPerRow, false>, smem, s, b_begin, b_end,
+                          group_b0, groups);
+      }
     });
   }
 
@@ -1355,7 +1464,7 @@ class TensorCoreEngine final : public SpectralEngine {
 
   int column_tiles_ = 0, column_blocks_ = 0, va_padded_ = 0;
   std::size_t table_stride_ = 0;  // half2 per x table
-  bool use_wgmma_ = false, split_channels_ = false, tail_split_ = false;
+  bool use_wgmma_ = false, split_channels_ = false, tail_split_ = false, paired_last_ = false;
   DeviceArray<__half2> x_phases_;
 };
 
