@@ -237,7 +237,8 @@ __device__ __forceinline__ void form_operands(const StepInputs& in, std::uint32_
 template <int kColumnTiles, bool kPairedLast = false>
 __device__ __forceinline__ void column_products(const unsigned char* ystep, int ld_row, int ld_row_x2,
                                                 const std::uint32_t (&operands)[4][4],
-                                                float (&acc)[2][2][kColumnTiles][4]) {
+                                                float (&acc)[2][2][kColumnTiles][4],
+                                                const std::uint32_t* first_b = nullptr) {
   const auto tile_products = [&](int n, std::uint32_t b0, std::uint32_t b1) {
     const bool paired = kPairedLast && n == kColumnTiles - 1;
 #pragma unroll
@@ -249,7 +250,9 @@ __device__ __forceinline__ void column_products(const unsigned char* ystep, int 
 #pragma unroll
   for (int n = 0; n < kColumnTiles; n += 2) {
     std::uint32_t b0, b1, b2 = 0, b3 = 0;
-    if (n + 1 < kColumnTiles) {
+    if (n == 0 && first_b) {
+      b0 = first_b[0], b1 = first_b[1], b2 = first_b[2], b3 = first_b[3];
+    } else if (n + 1 < kColumnTiles) {
       load_matrix_x4(b0, b1, b2, b3, ystep + n * 8 * kYRowBytes + ld_row);
     } else {
       load_matrix_x2(b0, b1, ystep + n * 8 * kYRowBytes + ld_row_x2);
@@ -609,7 +612,7 @@ struct RowWindowCopies {
 // mirror (store_both_channels_x); value(c, r, n, i) as in write_outputs. With kPairedLast the
 // last tile is paired: lane quad holds velocity a0 + 8 (kColumnTiles - 1) + quad, its real and
 // imaginary outputs in the real accumulators' elements 2 half and 2 half + 1.
-template <int kColumnTiles, bool kPairedLast, class Value>
+template <int kColumnTiles, bool kPairedLast, bool kGenericOnly = false, class Value>
 __device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, int row0, int b, int a0, int group,
                                                   int quad, Value value) {
   if (b >= p.b_end) return;
@@ -621,12 +624,36 @@ __device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, in
                           make_float2(phi.x * scale_phi, phi.y * scale_phi));
   };
   constexpr int kPlainTiles = kColumnTiles - (kPairedLast ? 1 : 0);
-  for_each_fragment_element<kPlainTiles>(
-      a0, p.va, group, quad, [&](int row) { return row0 + row < p.region_height; },
-      [&](int row, int a, int n, int i) {
-        store(row, a, make_float2(value(0, 0, n, i), value(0, 1, n, i)),
-              make_float2(value(1, 0, n, i), value(1, 1, n, i)));
-      });
+  const int mirror_x = mx == 0 ? 0 : p.nx - mx;
+  if (!kGenericOnly && a0 + kPlainTiles * 8 <= p.va && row0 + kRows <= p.region_height && mirror_x != mx) {
+    // Whole tiles (every CTA of `dense`): one pointer per lane and column, stepped by 8 velocity
+    // planes per tile, and no test per element; the values are store_both_channels_x's.
+    const std::size_t plane = std::size_t(p.nx) * p.out_pitch;
+    float2* at = p.out + (std::size_t(b - p.b_begin) * p.va + a0 + 2 * quad) * plane + std::size_t(mx) * p.out_pitch +
+                 p.region_y0 + row0 + group;
+    const std::ptrdiff_t to_mirror = std::ptrdiff_t(mirror_x - mx) * p.out_pitch;
+#pragma unroll
+    for (int col = 0; col < 2; ++col) {
+      float2* column = at + col * plane;
+#pragma unroll
+      for (int n = 0; n < kPlainTiles; ++n, column += 8 * plane)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = 2 * half + col;
+          const float2 a = make_float2(value(0, 0, n, i) * scale_psi, value(0, 1, n, i) * scale_psi);
+          const float2 b2 = make_float2(value(1, 0, n, i) * scale_phi, value(1, 1, n, i) * scale_phi);
+          column[8 * half] = make_float2(a.x - b2.y, a.y + b2.x);
+          column[to_mirror + 8 * half] = make_float2(a.x + b2.y, b2.x - a.y);
+        }
+    }
+  } else {
+    for_each_fragment_element<kPlainTiles>(
+        a0, p.va, group, quad, [&](int row) { return row0 + row < p.region_height; },
+        [&](int row, int a, int n, int i) {
+          store(row, a, make_float2(value(0, 0, n, i), value(0, 1, n, i)),
+                make_float2(value(1, 0, n, i), value(1, 1, n, i)));
+        });
+  }
   if constexpr (kPairedLast) {
     const int a = a0 + kPlainTiles * 8 + quad;
     if (a >= p.va) return;
@@ -711,7 +738,8 @@ struct RowSplit {
   }
 };
 
-template <int kColumnTiles, int kWarpsPerRow, bool kPairedLast>
+constexpr int kDefaultRowSchedule = 1;
+template <int kColumnTiles, int kWarpsPerRow, bool kPairedLast, int kSchedule = kDefaultRowSchedule>
 __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p) {
   using L = RowLayout<kColumnTiles>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -757,24 +785,10 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
   const int window_pitch_bytes = p.window_pitch * 8;
 
-#ifndef SHIFTSTACK_TC_EARLY_STEP
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    advance_pipeline<kRowStages>(chunk, chunks, load_stage);
-    const unsigned char* st = stages + (chunk % kRowStages) * stage_bytes;
-    const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk;
-    const unsigned char* windows = st + L::y_bytes + L::offset_bytes + group * 8;
-#pragma unroll
-    for (int s = 0; s < RowSplit<kWarpsPerRow>::steps; ++s) {
-      const int step = split.step(s);
-      std::uint32_t operands[4][4];
-      gather_row_operands(windows, offsets, window_pitch_bytes, quad, step, operands);
-      const unsigned char* ystep = st + step * 32;
-      column_products<kColumnTiles, kPairedLast>(ystep, ld_row, ld_row_x2, operands, acc);
-    }
-  }
-#else
-  // Each chunk waits for the next one's stage too, so that its last step can read the next
-  // chunk's first samples: after the barrier the first products need no shared-memory load.
+  // kSchedule (experiment): bit 0 = each chunk also waits for the next chunk's stage and its last
+  // step reads the next chunk's first samples; bit 1 = the stage copies go out after the first
+  // step's products; bit 2 = with bit 0, the next chunk's first pair of B tiles is read early too.
+  constexpr bool kEarly = kSchedule & 1, kLateCopies = kSchedule & 2, kEarlyB = (kSchedule & 4) && kEarly;
   const auto stage_at = [&](int chunk) { return stages + (chunk % kRowStages) * stage_bytes; };
   const auto first_samples = [&](int chunk) {
     const unsigned char* st = stage_at(chunk);
@@ -782,14 +796,31 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
                             reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk,
                             window_pitch_bytes, quad, split.step(0));
   };
-  copy_async_wait<kRowStages - 2>();
-  __syncthreads();
-  RowSamples next = first_samples(0);
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    copy_async_wait<kRowStages - 3>();
+  RowSamples next{};
+  std::uint32_t next_b[4] = {0, 0, 0, 0};
+  const auto read_first_b = [&](int chunk) {
+    const unsigned char* ystep = stage_at(chunk) + split.step(0) * 32;
+    if constexpr (kColumnTiles > 1) {
+      load_matrix_x4(next_b[0], next_b[1], next_b[2], next_b[3], ystep + ld_row);
+    } else {
+      load_matrix_x2(next_b[0], next_b[1], ystep + ld_row_x2);
+    }
+  };
+  if constexpr (kEarly) {
+    copy_async_wait<kRowStages - 2>();
     __syncthreads();
-    if (chunk + kRowStages - 1 < chunks) load_stage(chunk + kRowStages - 1, (chunk + kRowStages - 1) % kRowStages);
-    copy_async_commit();
+    next = first_samples(0);
+    if constexpr (kEarlyB) read_first_b(0);
+  }
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    copy_async_wait<kEarly ? kRowStages - 3 : kRowStages - 2>();
+    __syncthreads();
+    const auto issue_copies = [&] {
+      const int ahead = chunk + kRowStages - 1;
+      if (ahead < chunks) load_stage(ahead, ahead % kRowStages);
+      copy_async_commit();
+    };
+    if constexpr (!kLateCopies) issue_copies();
     const unsigned char* st = stage_at(chunk);
     const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk;
     const unsigned char* windows = st + L::y_bytes + L::offset_bytes + group * 8;
@@ -797,16 +828,22 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
     for (int s = 0; s < RowSplit<kWarpsPerRow>::steps; ++s) {
       const int step = split.step(s);
       std::uint32_t operands[4][4];
-      form_row_operands(s == 0 ? next : read_row_samples(windows, offsets, window_pitch_bytes, quad, step), operands);
-      if (s + 1 == RowSplit<kWarpsPerRow>::steps && chunk + 1 < chunks) next = first_samples(chunk + 1);
+      form_row_operands(kEarly && s == 0 ? next : read_row_samples(windows, offsets, window_pitch_bytes, quad, step),
+                        operands);
+      std::uint32_t first_b[4] = {next_b[0], next_b[1], next_b[2], next_b[3]};
+      if (kEarly && s + 1 == RowSplit<kWarpsPerRow>::steps && chunk + 1 < chunks) {
+        next = first_samples(chunk + 1);
+        if constexpr (kEarlyB) read_first_b(chunk + 1);
+      }
       const unsigned char* ystep = st + step * 32;
-      column_products<kColumnTiles, kPairedLast>(ystep, ld_row, ld_row_x2, operands, acc);
+      column_products<kColumnTiles, kPairedLast>(ystep, ld_row, ld_row_x2, operands, acc,
+                                                 kEarlyB && s == 0 ? first_b : nullptr);
+      if (kLateCopies && s == 0) issue_copies();
     }
   }
-#endif
 
   if (!split.template gather_partials<L::accumulators>(&acc[0][0][0][0], stages, lane)) return;
-  write_row_outputs<kColumnTiles, kPairedLast>(p, mx, row0, b, a0, group, quad,
+  write_row_outputs<kColumnTiles, kPairedLast, (kSchedule & 8) != 0>(p, mx, row0, b, a0, group, quad,
                                                [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
 }
 
@@ -1420,6 +1457,23 @@ class TensorCoreEngine final : public SpectralEngine {
                                 L::starts_bytes(s.exposures_padded) +
                                     tc::RowSplit<kWarpsPerRow>::reduction_bytes(L::accumulators));
       if (paired_last_) {
+        const char* schedule = std::getenv("SHIFTSTACK_TC_SCHEDULE");
+        const int k = schedule ? std::atoi(schedule) : tc::kDefaultRowSchedule;
+        if constexpr (kColumnTiles == 9 && kWarpsPerRow == 1) {
+          const auto go = [&](auto kernel) { launch_row_kernel(kernel, smem, s, b_begin, b_end, group_b0, groups); };
+          switch (k) {
+            case 0: go(tc::contract_rows_kernel<9, 1, true, 0>); return;
+            case 1: go(tc::contract_rows_kernel<9, 1, true, 1>); return;
+            case 2: go(tc::contract_rows_kernel<9, 1, true, 2>); return;
+            case 3: go(tc::contract_rows_kernel<9, 1, true, 3>); return;
+            case 5: go(tc::contract_rows_kernel<9, 1, true, 5>); return;
+            case 7: go(tc::contract_rows_kernel<9, 1, true, 7>); return;
+            case 8: go(tc::contract_rows_kernel<9, 1, true, 8>); return;
+            case 9: go(tc::contract_rows_kernel<9, 1, true, 9>); return;
+            case 11: go(tc::contract_rows_kernel<9, 1, true, 11>); return;
+            default: break;
+          }
+        }
         launch_row_kernel(tc::contract_rows_kernel<kColumnTiles, kWarpsPerRow, true>, smem, s, b_begin, b_end,
                           group_b0, groups);
       } else {
