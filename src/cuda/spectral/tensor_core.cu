@@ -612,7 +612,7 @@ struct RowWindowCopies {
 // mirror (store_both_channels_x); value(c, r, n, i) as in write_outputs. With kPairedLast the
 // last tile is paired: lane quad holds velocity a0 + 8 (kColumnTiles - 1) + quad, its real and
 // imaginary outputs in the real accumulators' elements 2 half and 2 half + 1.
-template <int kColumnTiles, bool kPairedLast, bool kGenericOnly = false, class Value>
+template <int kColumnTiles, bool kPairedLast, class Value>
 __device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, int row0, int b, int a0, int group,
                                                   int quad, Value value) {
   if (b >= p.b_end) return;
@@ -625,7 +625,7 @@ __device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, in
   };
   constexpr int kPlainTiles = kColumnTiles - (kPairedLast ? 1 : 0);
   const int mirror_x = mx == 0 ? 0 : p.nx - mx;
-  if (!kGenericOnly && a0 + kPlainTiles * 8 <= p.va && row0 + kRows <= p.region_height && mirror_x != mx) {
+  if (a0 + kPlainTiles * 8 <= p.va && row0 + kRows <= p.region_height && mirror_x != mx) {
     // Whole tiles (every CTA of `dense`): one pointer per lane and column, stepped by 8 velocity
     // planes per tile, and no test per element; the values are store_both_channels_x's.
     const std::size_t plane = std::size_t(p.nx) * p.out_pitch;
@@ -738,8 +738,7 @@ struct RowSplit {
   }
 };
 
-constexpr int kDefaultRowSchedule = 1;
-template <int kColumnTiles, int kWarpsPerRow, bool kPairedLast, int kSchedule = kDefaultRowSchedule>
+template <int kColumnTiles, int kWarpsPerRow, bool kPairedLast>
 __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p) {
   using L = RowLayout<kColumnTiles>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -785,42 +784,37 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   const int ld_row_x2 = (lane & 7) * kYRowBytes + ((lane >> 3) & 1) * 16;
   const int window_pitch_bytes = p.window_pitch * 8;
 
-  // kSchedule (experiment): bit 0 = each chunk also waits for the next chunk's stage and its last
-  // step reads the next chunk's first samples; bit 1 = the stage copies go out after the first
-  // step's products; bit 2 = with bit 0, the next chunk's first pair of B tiles is read early too.
-  constexpr bool kEarly = kSchedule & 1, kLateCopies = kSchedule & 2, kEarlyB = (kSchedule & 4) && kEarly;
+  // Each chunk waits for the next chunk's stage too, and its last step reads the next chunk's
+  // first samples and first pair of B tiles, so that the products after the chunk's barrier start
+  // from registers. H100, one lease (bench/RESULTS.md): `dense` contraction 6.31 -> 6.25 ms
+  // against reading them after the barrier; issuing the stage copies after the first step's
+  // products instead of before lost (6.46).
   const auto stage_at = [&](int chunk) { return stages + (chunk % kRowStages) * stage_bytes; };
-  const auto first_samples = [&](int chunk) {
+  RowSamples next_samples;
+  std::uint32_t next_b[4];
+  const auto read_first_operands = [&](int chunk) {
     const unsigned char* st = stage_at(chunk);
-    return read_row_samples(st + L::y_bytes + L::offset_bytes + group * 8,
-                            reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk,
-                            window_pitch_bytes, quad, split.step(0));
-  };
-  RowSamples next{};
-  std::uint32_t next_b[4] = {0, 0, 0, 0};
-  const auto read_first_b = [&](int chunk) {
-    const unsigned char* ystep = stage_at(chunk) + split.step(0) * 32;
+    next_samples = read_row_samples(st + L::y_bytes + L::offset_bytes + group * 8,
+                                    reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk,
+                                    window_pitch_bytes, quad, split.step(0));
+    const unsigned char* ystep = st + split.step(0) * 32;
     if constexpr (kColumnTiles > 1) {
       load_matrix_x4(next_b[0], next_b[1], next_b[2], next_b[3], ystep + ld_row);
     } else {
       load_matrix_x2(next_b[0], next_b[1], ystep + ld_row_x2);
+      next_b[2] = next_b[3] = 0;
     }
   };
-  if constexpr (kEarly) {
-    copy_async_wait<kRowStages - 2>();
-    __syncthreads();
-    next = first_samples(0);
-    if constexpr (kEarlyB) read_first_b(0);
-  }
+  copy_async_wait<kRowStages - 2>();
+  __syncthreads();
+  read_first_operands(0);
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    copy_async_wait<kEarly ? kRowStages - 3 : kRowStages - 2>();
+    // Chunk + 1's stage (for the early reads) must have landed; the slot refilled is chunk - 1's.
+    copy_async_wait<kRowStages - 3>();
     __syncthreads();
-    const auto issue_copies = [&] {
-      const int ahead = chunk + kRowStages - 1;
-      if (ahead < chunks) load_stage(ahead, ahead % kRowStages);
-      copy_async_commit();
-    };
-    if constexpr (!kLateCopies) issue_copies();
+    const int ahead = chunk + kRowStages - 1;
+    if (ahead < chunks) load_stage(ahead, ahead % kRowStages);
+    copy_async_commit();
     const unsigned char* st = stage_at(chunk);
     const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk;
     const unsigned char* windows = st + L::y_bytes + L::offset_bytes + group * 8;
@@ -828,22 +822,17 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
     for (int s = 0; s < RowSplit<kWarpsPerRow>::steps; ++s) {
       const int step = split.step(s);
       std::uint32_t operands[4][4];
-      form_row_operands(kEarly && s == 0 ? next : read_row_samples(windows, offsets, window_pitch_bytes, quad, step),
+      form_row_operands(s == 0 ? next_samples : read_row_samples(windows, offsets, window_pitch_bytes, quad, step),
                         operands);
-      std::uint32_t first_b[4] = {next_b[0], next_b[1], next_b[2], next_b[3]};
-      if (kEarly && s + 1 == RowSplit<kWarpsPerRow>::steps && chunk + 1 < chunks) {
-        next = first_samples(chunk + 1);
-        if constexpr (kEarlyB) read_first_b(chunk + 1);
-      }
-      const unsigned char* ystep = st + step * 32;
-      column_products<kColumnTiles, kPairedLast>(ystep, ld_row, ld_row_x2, operands, acc,
-                                                 kEarlyB && s == 0 ? first_b : nullptr);
-      if (kLateCopies && s == 0) issue_copies();
+      const std::uint32_t first_b[4] = {next_b[0], next_b[1], next_b[2], next_b[3]};
+      if (s + 1 == RowSplit<kWarpsPerRow>::steps && chunk + 1 < chunks) read_first_operands(chunk + 1);
+      column_products<kColumnTiles, kPairedLast>(st + step * 32, ld_row, ld_row_x2, operands, acc,
+                                                 s == 0 ? first_b : nullptr);
     }
   }
 
   if (!split.template gather_partials<L::accumulators>(&acc[0][0][0][0], stages, lane)) return;
-  write_row_outputs<kColumnTiles, kPairedLast, (kSchedule & 8) != 0>(p, mx, row0, b, a0, group, quad,
+  write_row_outputs<kColumnTiles, kPairedLast>(p, mx, row0, b, a0, group, quad,
                                                [&](int c, int r, int n, int i) { return acc[c][r][n][i]; });
 }
 
@@ -1457,23 +1446,6 @@ class TensorCoreEngine final : public SpectralEngine {
                                 L::starts_bytes(s.exposures_padded) +
                                     tc::RowSplit<kWarpsPerRow>::reduction_bytes(L::accumulators));
       if (paired_last_) {
-        const char* schedule = std::getenv("SHIFTSTACK_TC_SCHEDULE");
-        const int k = schedule ? std::atoi(schedule) : tc::kDefaultRowSchedule;
-        if constexpr (kColumnTiles == 9 && kWarpsPerRow == 1) {
-          const auto go = [&](auto kernel) { launch_row_kernel(kernel, smem, s, b_begin, b_end, group_b0, groups); };
-          switch (k) {
-            case 0: go(tc::contract_rows_kernel<9, 1, true, 0>); return;
-            case 1: go(tc::contract_rows_kernel<9, 1, true, 1>); return;
-            case 2: go(tc::contract_rows_kernel<9, 1, true, 2>); return;
-            case 3: go(tc::contract_rows_kernel<9, 1, true, 3>); return;
-            case 5: go(tc::contract_rows_kernel<9, 1, true, 5>); return;
-            case 7: go(tc::contract_rows_kernel<9, 1, true, 7>); return;
-            case 8: go(tc::contract_rows_kernel<9, 1, true, 8>); return;
-            case 9: go(tc::contract_rows_kernel<9, 1, true, 9>); return;
-            case 11: go(tc::contract_rows_kernel<9, 1, true, 11>); return;
-            default: break;
-          }
-        }
         launch_row_kernel(tc::contract_rows_kernel<kColumnTiles, kWarpsPerRow, true>, smem, s, b_begin, b_end,
                           group_b0, groups);
       } else {
