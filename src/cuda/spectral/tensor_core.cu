@@ -234,6 +234,8 @@ __device__ __forceinline__ void form_operands(const StepInputs& in, std::uint32_
 // (operands[c * 2 + r]) against every n8 tile of the x table at ystep (ldmatrix rows ld_row,
 // ld_row_x2 for a last odd tile). With kPairedLast the last tile is a paired tile (see
 // kPairedVelocities): the real rows alone, one product per channel, into acc[c][0] of the tile.
+// first_b, if given, holds the first pair of tiles' B registers, already read (the row kernel
+// reads them before the chunk's barrier).
 template <int kColumnTiles, bool kPairedLast = false>
 __device__ __forceinline__ void column_products(const unsigned char* ystep, int ld_row, int ld_row_x2,
                                                 const std::uint32_t (&operands)[4][4],
