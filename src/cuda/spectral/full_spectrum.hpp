@@ -7,6 +7,17 @@
 
 namespace shiftstack::cuda {
 
+// Z = a + i b at a frequency k and at its mirror -k, from psihat a and phihat b at k (A and B real:
+// Z(-k) = conj(a) + i conj(b)).
+template <class Complex>
+struct MirroredPair {
+  Complex at_k, at_mirror;
+};
+template <class Complex>
+SHIFTSTACK_HOST_DEVICE MirroredPair<Complex> mirrored_pair(const Complex& a, const Complex& b) {
+  return {Complex{a.x - b.y, a.y + b.x}, Complex{a.x + b.y, b.x - a.y}};
+}
+
 // Writes one velocity's spectra at frequency (mx, my < ny / 2 + 1), psihat a and phihat b, as the
 // full nx x ny grid of Z = a + i b ([mx][my], my fastest). A and B are real, so Z(-k) = conj(a) +
 // i conj(b), and the inverse transform of Z is A + i B. Every grid value is written exactly once,
@@ -24,8 +35,9 @@ SHIFTSTACK_HOST_DEVICE void store_both_channels(Complex* velocity, int nx, int n
       return;
     }
   }
-  velocity[std::size_t(mx) * ny + my] = Complex{a.x - b.y, a.y + b.x};
-  velocity[std::size_t(mirror_x) * ny + (my == 0 ? 0 : ny - my)] = Complex{a.x + b.y, b.x - a.y};
+  const MirroredPair<Complex> z = mirrored_pair(a, b);
+  velocity[std::size_t(mx) * ny + my] = z.at_k;
+  velocity[std::size_t(mirror_x) * ny + (my == 0 ? 0 : ny - my)] = z.at_mirror;
 }
 
 // The row route's version, halved along x: psihat a and phihat b of row y at mx < nx / 2 + 1 go to
@@ -39,8 +51,9 @@ SHIFTSTACK_HOST_DEVICE void store_both_channels_x(Complex* velocity, int nx, int
     velocity[std::size_t(mx) * pitch + y] = Complex{a.x, b.x};
     return;
   }
-  velocity[std::size_t(mx) * pitch + y] = Complex{a.x - b.y, a.y + b.x};
-  velocity[std::size_t(mirror_x) * pitch + y] = Complex{a.x + b.y, b.x - a.y};
+  const MirroredPair<Complex> z = mirrored_pair(a, b);
+  velocity[std::size_t(mx) * pitch + y] = z.at_k;
+  velocity[std::size_t(mirror_x) * pitch + y] = z.at_mirror;
 }
 
 // The row route's forward split, the other way round: from Z = DFT(a + i b) of two real signals

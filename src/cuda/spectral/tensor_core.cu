@@ -619,17 +619,18 @@ __device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, in
                                                   int quad, Value value) {
   if (b >= p.b_end) return;
   const float scale_psi = p.scales[mx] * p.norm, scale_phi = p.scales[gridDim.z + mx] * p.norm;
+  const auto scaled = [](float2 v, float scale) { return make_float2(v.x * scale, v.y * scale); };
   const auto store = [&](int row, int a, float2 psi, float2 phi) {
     float2* velocity = p.out + (std::size_t(b - p.b_begin) * p.va + a) * p.nx * p.out_pitch;
-    store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row0 + row,
-                          make_float2(psi.x * scale_psi, psi.y * scale_psi),
-                          make_float2(phi.x * scale_phi, phi.y * scale_phi));
+    store_both_channels_x(velocity, p.nx, p.out_pitch, mx, p.region_y0 + row0 + row, scaled(psi, scale_psi),
+                          scaled(phi, scale_phi));
   };
   constexpr int kPlainTiles = kColumnTiles - (kPairedLast ? 1 : 0);
   const int mirror_x = mx == 0 ? 0 : p.nx - mx;
   if (a0 + kPlainTiles * 8 <= p.va && row0 + kRows <= p.region_height && mirror_x != mx) {
     // Whole tiles (every CTA of `dense`): one pointer per lane and column, stepped by 8 velocity
-    // planes per tile, and no test per element; the values are store_both_channels_x's.
+    // planes per tile, and no test per element; mx is not its own mirror here, so each element
+    // is store_both_channels_x's pair.
     const std::size_t plane = std::size_t(p.nx) * p.out_pitch;
     float2* at = p.out + (std::size_t(b - p.b_begin) * p.va + a0 + 2 * quad) * plane + std::size_t(mx) * p.out_pitch +
                  p.region_y0 + row0 + group;
@@ -642,10 +643,11 @@ __device__ __forceinline__ void write_row_outputs(const RowParams& p, int mx, in
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int i = 2 * half + col;
-          const float2 a = make_float2(value(0, 0, n, i) * scale_psi, value(0, 1, n, i) * scale_psi);
-          const float2 b2 = make_float2(value(1, 0, n, i) * scale_phi, value(1, 1, n, i) * scale_phi);
-          column[8 * half] = make_float2(a.x - b2.y, a.y + b2.x);
-          column[to_mirror + 8 * half] = make_float2(a.x + b2.y, b2.x - a.y);
+          const MirroredPair<float2> z =
+              mirrored_pair(scaled(make_float2(value(0, 0, n, i), value(0, 1, n, i)), scale_psi),
+                            scaled(make_float2(value(1, 0, n, i), value(1, 1, n, i)), scale_phi));
+          column[8 * half] = z.at_k;
+          column[to_mirror + 8 * half] = z.at_mirror;
         }
     }
   } else {
@@ -792,13 +794,16 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   // against reading them after the barrier; issuing the stage copies after the first step's
   // products instead of before lost (6.46).
   const auto stage_at = [&](int chunk) { return stages + (chunk % kRowStages) * stage_bytes; };
+  // A stage's row offsets of this warp's row b, and its windows at this lane's first row.
+  const auto offsets_in = [&](const unsigned char* st) {
+    return reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk;
+  };
+  const auto windows_in = [&](const unsigned char* st) { return st + L::y_bytes + L::offset_bytes + group * 8; };
   RowSamples next_samples;
   std::uint32_t next_b[4];
   const auto read_first_operands = [&](int chunk) {
     const unsigned char* st = stage_at(chunk);
-    next_samples = read_row_samples(st + L::y_bytes + L::offset_bytes + group * 8,
-                                    reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk,
-                                    window_pitch_bytes, quad, split.step(0));
+    next_samples = read_row_samples(windows_in(st), offsets_in(st), window_pitch_bytes, quad, split.step(0));
     const unsigned char* ystep = st + split.step(0) * 32;
     if constexpr (kColumnTiles > 1) {
       load_matrix_x4(next_b[0], next_b[1], next_b[2], next_b[3], ystep + ld_row);
@@ -818,8 +823,8 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
     if (ahead < chunks) load_stage(ahead, ahead % kRowStages);
     copy_async_commit();
     const unsigned char* st = stage_at(chunk);
-    const std::int32_t* offsets = reinterpret_cast<const std::int32_t*>(st + L::y_bytes) + split.row * kChunk;
-    const unsigned char* windows = st + L::y_bytes + L::offset_bytes + group * 8;
+    const std::int32_t* offsets = offsets_in(st);
+    const unsigned char* windows = windows_in(st);
 #pragma unroll
     for (int s = 0; s < RowSplit<kWarpsPerRow>::steps; ++s) {
       const int step = split.step(s);
@@ -1240,7 +1245,7 @@ class TensorCoreEngine final : public SpectralEngine {
     if (use_wgmma_) column_tiles_ = tc::kWgmmaColumns / 8;
     column_blocks_ = (s.va + column_tiles_ * 8 - 1) / (column_tiles_ * 8);
     paired_last_ = false;
-    const int forced_paired = forced_paired_tile();
+    const int forced_paired = forced_switch("SHIFTSTACK_TC_PAIRED_TILE");  // checked on every route
     if (s.row_route && !use_wgmma_) choose_paired_tile(s.va, forced_paired);
     va_padded_ = column_blocks_ * column_tiles_ * 8;  // x-table rows per mx
     const FourierGeometry& g = s.geometry;
@@ -1284,17 +1289,22 @@ class TensorCoreEngine final : public SpectralEngine {
   // 1.817 -> 1.798, `ci` (1) 0.043 -> 0.051. Hence the split from 4 chunks on (a threshold
   // between the measured 1 and 7); SHIFTSTACK_TC_ROW_TAIL=0 or 1 forces it off or on.
   static bool split_last_group(int chunks) {
-    const char* forced = std::getenv("SHIFTSTACK_TC_ROW_TAIL");
-    if (!forced) return chunks >= 4;
+    const int forced = forced_switch("SHIFTSTACK_TC_ROW_TAIL");
+    return forced < 0 ? chunks >= 4 : forced == 1;
+  }
+
+  // An on/off switch from the environment: -1 where unset, else 0 or 1 (any other value is refused).
+  static int forced_switch(const char* variable) {
+    const char* forced = std::getenv(variable);
+    if (!forced) return -1;
     const std::string value = forced;
-    require(value == "0" || value == "1", "SHIFTSTACK_TC_ROW_TAIL must be 0 or 1, not '" + value + "'");
+    require(value == "0" || value == "1", std::string(variable) + " must be 0 or 1, not '" + value + "'");
     return value == "1";
   }
 
   // The row mma kernel's column blocks may end with a paired tile (tc::kPairedVelocities): taken
   // where it needs fewer products per k16 step over all blocks than tiles of 8 velocities only
-  // (`dense`'s 65 velocities: 34 against 36). SHIFTSTACK_TC_PAIRED_TILE=0 or 1 forces it off or on.
-  // (forced: -1 for the choice, else 0 or 1).
+  // (`dense`'s 65 velocities: 34 against 36); `forced` is SHIFTSTACK_TC_PAIRED_TILE (forced_switch).
   void choose_paired_tile(int va, int forced) {
     const int paired_tiles = std::min(tc::kMaxColumnTiles, (va + 8 - tc::kPairedVelocities + 7) / 8);
     const int velocities = tc::block_velocities(paired_tiles, true);
@@ -1304,14 +1314,6 @@ class TensorCoreEngine final : public SpectralEngine {
     paired_last_ = true;
     column_tiles_ = paired_tiles;
     column_blocks_ = paired_blocks;
-  }
-
-  static int forced_paired_tile() {
-    const char* forced = std::getenv("SHIFTSTACK_TC_PAIRED_TILE");
-    if (!forced) return -1;
-    const std::string value = forced;
-    require(value == "0" || value == "1", "SHIFTSTACK_TC_PAIRED_TILE must be 0 or 1, not '" + value + "'");
-    return value == "1";
   }
 
   static std::string forced_kernel() {
