@@ -23,6 +23,7 @@
 // covariance channels for the exact B (the section "fractional" below).
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 
 #include "core/engine_registry.hpp"
 #include "spectra.cuh"
@@ -815,12 +816,13 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
   copy_async_wait<kRowStages - 2>();
   __syncthreads();
   read_first_operands(0);
-  for (int chunk = 0; chunk < chunks; ++chunk) {
+  // The chunks that still start a stage load, then the last kRowStages - 1 that do not: two loops,
+  // so that neither branches on the chunk count inside its body.
+  const auto run_chunk = [&](int chunk, auto loads_ahead) {
     // Chunk + 1's stage (for the early reads) must have landed; the slot refilled is chunk - 1's.
     copy_async_wait<kRowStages - 3>();
     __syncthreads();
-    const int ahead = chunk + kRowStages - 1;
-    if (ahead < chunks) load_stage(ahead, ahead % kRowStages);
+    if constexpr (decltype(loads_ahead)::value) load_stage(chunk + kRowStages - 1, (chunk + kRowStages - 1) % kRowStages);
     copy_async_commit();
     const unsigned char* st = stage_at(chunk);
     const std::int32_t* offsets = offsets_in(st);
@@ -832,11 +834,15 @@ __global__ void __launch_bounds__(kThreads, 2) contract_rows_kernel(RowParams p)
       form_row_operands(s == 0 ? next_samples : read_row_samples(windows, offsets, window_pitch_bytes, quad, step),
                         operands);
       const std::uint32_t first_b[4] = {next_b[0], next_b[1], next_b[2], next_b[3]};
-      if (s + 1 == RowSplit<kWarpsPerRow>::steps && chunk + 1 < chunks) read_first_operands(chunk + 1);
+      // The last chunk reads its own stage again (unused), so that no chunk branches here.
+      if (s + 1 == RowSplit<kWarpsPerRow>::steps) read_first_operands(min(chunk + 1, chunks - 1));
       column_products<kColumnTiles, kPairedLast>(st + step * 32, ld_row, ld_row_x2, operands, acc,
                                                  s == 0 ? first_b : nullptr);
     }
-  }
+  };
+  int chunk = 0;
+  for (; chunk + kRowStages - 1 < chunks; ++chunk) run_chunk(chunk, std::true_type{});
+  for (; chunk < chunks; ++chunk) run_chunk(chunk, std::false_type{});
 
   if (!split.template gather_partials<L::accumulators>(&acc[0][0][0][0], stages, lane)) return;
   write_row_outputs<kColumnTiles, kPairedLast>(p, mx, row0, b, a0, group, quad,
