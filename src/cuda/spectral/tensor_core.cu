@@ -594,7 +594,7 @@ struct RowWindowCopies {
     for (int k = 0; k < copies_per_chunk; ++k) values[k] = starts[e0 + first_exposure + k * exposures_per_pass];
   }
   // Offsets from `source` in 32 bits: an mx plane of half_rows holds fewer than 2^31 pairs
-  // (row_route_fits checks), so each copy's address is one wide multiply-add.
+  // (row_route_fits checks), and none is negative: each copy's address is one unsigned wide multiply-add.
   __device__ __forceinline__ void copy(unsigned char* stage, int e0, const int (&start_values)[copies_per_chunk]) const {
     offset_rows.copy(stage + offset_dst, 0, offset_src + e0, 0);
     if (!copies) return;
@@ -602,7 +602,7 @@ struct RowWindowCopies {
 #pragma unroll
     for (int k = 0; k < copies_per_chunk; ++k)
       copy_async_16(stage + destination + k * exposures_per_pass * p.window_pitch * 8,
-                    source + (first + k * pass_elements + start_values[k]));
+                    source + unsigned(first + k * pass_elements + start_values[k]));
   }
   __device__ __forceinline__ void copy(unsigned char* stage, int e0) const {
     int start_values[copies_per_chunk];
