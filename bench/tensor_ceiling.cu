@@ -2,8 +2,12 @@
 // memory traffic: mma.sync m16n8k16 (FP16 in, FP32 accumulation: HMMA, the default row kernel)
 // and wgmma m64n72k16 with A from registers (HGMMA, the wgmma kernels). Each warp (warpgroup)
 // runs independent accumulator chains as the kernels do (36 per k16 step), at 1, 2 and 4 blocks
-// of 128 threads per SM. The row kernel's rate is read against these (bench/RESULTS.md); not a
-// test. Usage: shiftstack_tensor_ceiling [iterations]
+// of 128 threads per SM. Then cuBLAS's FP16-in, FP32-accumulate GEMM at a few square sizes: the
+// card's ceiling that issue targets are stated against ("half of cuBLAS on this card"), so that
+// a lease on any card measures its own. The row kernel's rate is read against these
+// (bench/RESULTS.md); not a test. Usage: shiftstack_tensor_ceiling [iterations]
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -100,6 +104,48 @@ double tflops(Kernel kernel, int blocks, int iterations, double flops_per_block_
   return rates[rates.size() / 2];
 }
 
+void check_cublas(cublasStatus_t status, const char* what) {
+  shiftstack::require(status == CUBLAS_STATUS_SUCCESS,
+                      std::string("cuBLAS ") + what + " failed: " + cublasGetStatusString(status));
+}
+
+// Median TFLOP/s of five timed cublasGemmEx calls after one warm-up: C (FP32) = A B with A and B
+// n x n FP16 and FP32 accumulation, the precisions of cuda-tc's products.
+double cublas_tflops(cublasHandle_t handle, int n) {
+  const std::size_t elements = std::size_t(n) * n;
+  __half *a = nullptr, *b = nullptr;
+  float* c = nullptr;
+  SHIFTSTACK_CUDA_CHECK(cudaMalloc(&a, elements * sizeof(__half)));
+  SHIFTSTACK_CUDA_CHECK(cudaMalloc(&b, elements * sizeof(__half)));
+  SHIFTSTACK_CUDA_CHECK(cudaMalloc(&c, elements * sizeof(float)));
+  // Small non-zero operands (0x1400 is about 0.001 in FP16): zeros could take a faster path.
+  SHIFTSTACK_CUDA_CHECK(cudaMemset(a, 0x14, elements * sizeof(__half)));
+  SHIFTSTACK_CUDA_CHECK(cudaMemset(b, 0x14, elements * sizeof(__half)));
+  const float one = 1.0f, zero = 0.0f;
+  cudaEvent_t start, stop;
+  SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&start));
+  SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> rates;
+  for (int run = 0; run <= 5; ++run) {
+    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(start));
+    check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n,
+                              &zero, c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "GemmEx");
+    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(stop));
+    SHIFTSTACK_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (run > 0) rates.push_back(2.0 * double(n) * n * n / (ms * 1e-3) / 1e12);
+  }
+  SHIFTSTACK_CUDA_CHECK(cudaEventDestroy(start));
+  SHIFTSTACK_CUDA_CHECK(cudaEventDestroy(stop));
+  SHIFTSTACK_CUDA_CHECK(cudaFree(a));
+  SHIFTSTACK_CUDA_CHECK(cudaFree(b));
+  SHIFTSTACK_CUDA_CHECK(cudaFree(c));
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
 // The iteration count: a whole number from kWgmmaProducts (the wgmma kernel runs a quarter as
 // many) to 10^8 (seconds per launch at the ceilings).
 int parse_iterations(int argc, char** argv) {
@@ -131,6 +177,11 @@ int run(int argc, char** argv) {
                 per_sm, mma, wgmma);
   }
   SHIFTSTACK_CUDA_CHECK(cudaFree(sink));
+  cublasHandle_t handle = nullptr;
+  check_cublas(cublasCreate(&handle), "Create");
+  for (int n : {4096, 8192, 16384})
+    std::printf("cuBLAS GemmEx n = %d, FP16 in, FP32 accumulation and output: %.1f\n", n, cublas_tflops(handle, n));
+  check_cublas(cublasDestroy(handle), "Destroy");
   return 0;
 }
 
