@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The H200 measurements this project records, in two phases that each fit one 10-minute call.
+# The H200 measurements this project records, in phases that each fit one 10-minute call.
 # Binaries are built on the development machine and carried (BIN), with the shared libraries the
-# GPU machine lacks (LIBS); or build there with -DSHIFTSTACK_DEPS_DIR=.deps and point BIN at it.
+# GPU machine lacks (LIBS; bench/bundle_binaries.sh packs both); or build there with
+# -DSHIFTSTACK_DEPS_DIR=.deps and point BIN at it.
 #   PHASE=1: GPU tests, then `shiftstack bench` for every GPU engine x encoding on ci, kbmod, dense
 #   PHASE=2: sensitivity validation of the GPU engines, then the `deep` pipeline from FITS files
 #   PHASE=3: fractional shifts: `bench --shifts fractional` for the engines that compute them, and
@@ -21,6 +22,10 @@
 #            GPU suite, compute-sanitizer memcheck and racecheck on GpuFourier.RowRoute*, and, with
 #            COMMIT set, records of cuda-tc on dense, kbmod and ci (every encoding); reports tarred
 #            into $OUT
+#   PHASE=7: the records of cuda-tc on any card, with that card's own ceilings: the instruction and
+#            cuBLAS GEMM ceilings (shiftstack_tensor_ceiling, before and after), records of cuda-tc
+#            on dense, kbmod and ci (every encoding, baseline cuda-serial, commit COMMIT), and two
+#            rounds of dense fp16 `--runs 7`; reports tarred into $OUT
 # Logs and JSON land in $OUT.
 set -u
 out=${OUT:-h200-out}
@@ -114,6 +119,36 @@ elif [ "$PHASE" = 6 ]; then
   fi
   (cd "$out" && tar czf phase6.tgz --exclude=summary.txt --exclude=phase6.tgz ./*.log ./*.txt ./*.json &&
     find . -maxdepth 1 -type f ! -name summary.txt ! -name phase6.tgz -delete)
+elif [ "$PHASE" = 7 ]; then
+  ceilings() {  # NAME
+    step "ceilings ($1)"
+    timeout "$(within 40)" "$bin/shiftstack_tensor_ceiling" 20000 > "$out/$1.txt" 2>&1
+    echo "exit $?" >> "$out/$1.txt"
+    tee -a "$out/summary.txt" < "$out/$1.txt"
+  }
+  step "machine"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv | tee -a "$out/summary.txt"
+  ceilings ceilings_before
+  step "warm-up"
+  timeout "$(within 40)" "$bin/shiftstack" bench --workload dense --engine cuda-tc --encoding fp16 --runs 3 \
+    --baseline none > "$out/warmup.txt" 2>&1
+  for workload in dense kbmod ci; do
+    step "records: cuda-tc $workload at ${COMMIT:?set COMMIT to the commit of the binaries}"
+    SHIFTSTACK_COMMIT=$COMMIT timeout "$(within 60)" "$bin/shiftstack" bench --workload "$workload" --engine cuda-tc \
+      --encoding all --runs 5 --baseline cuda-serial --json "$out/records_$workload.json" > "$out/records_$workload.txt" 2>&1
+    echo "exit $?" | tee -a "$out/records_$workload.txt" "$out/summary.txt"
+    grep -v "^ *$" "$out/records_$workload.txt" | tail -8 | tee -a "$out/summary.txt"
+  done
+  for round in 1 2; do
+    step "dense fp16 round $round"
+    SHIFTSTACK_COMMIT=$COMMIT timeout "$(within 40)" "$bin/shiftstack" bench --workload dense --engine cuda-tc \
+      --encoding fp16 --runs 7 --baseline none --json "$out/round_$round.json" > "$out/round_$round.txt" 2>&1
+    echo "exit $?" | tee -a "$out/round_$round.txt" "$out/summary.txt"
+    grep "stages (ms)" "$out/round_$round.txt" | tee -a "$out/summary.txt"
+  done
+  ceilings ceilings_after
+  (cd "$out" && tar czf phase7.tgz --exclude=summary.txt --exclude=phase7.tgz ./*.txt ./*.json &&
+    find . -maxdepth 1 -type f ! -name summary.txt ! -name phase7.tgz -delete)
 elif [ "$PHASE" = 3 ]; then
   step "machine"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
