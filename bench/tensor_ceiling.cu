@@ -81,27 +81,34 @@ __global__ void __launch_bounds__(kThreads) wgmma_kernel(int iterations, float* 
   if (total == 12345.0f) sink[threadIdx.x] = total;
 }
 
-// Median TFLOP/s of five timed launches after one warm-up.
-template <class Kernel>
-double tflops(Kernel kernel, int blocks, int iterations, double flops_per_block_iteration, float* sink) {
+// Median TFLOP/s of five timed calls of `launch`, each doing `flops`, after one warm-up call.
+template <class Launch>
+double median_tflops(double flops, Launch launch) {
   cudaEvent_t start, stop;
   SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&start));
   SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<double> rates;
   for (int run = 0; run <= 5; ++run) {
     SHIFTSTACK_CUDA_CHECK(cudaEventRecord(start));
-    kernel<<<blocks, kThreads>>>(iterations, sink);
-    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+    launch();
     SHIFTSTACK_CUDA_CHECK(cudaEventRecord(stop));
     SHIFTSTACK_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
     SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (run > 0) rates.push_back(flops_per_block_iteration * blocks * iterations / (ms * 1e-3) / 1e12);
+    if (run > 0) rates.push_back(flops / (ms * 1e-3) / 1e12);
   }
   SHIFTSTACK_CUDA_CHECK(cudaEventDestroy(start));
   SHIFTSTACK_CUDA_CHECK(cudaEventDestroy(stop));
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
+}
+
+template <class Kernel>
+double tflops(Kernel kernel, int blocks, int iterations, double flops_per_block_iteration, float* sink) {
+  return median_tflops(flops_per_block_iteration * blocks * iterations, [&] {
+    kernel<<<blocks, kThreads>>>(iterations, sink);
+    SHIFTSTACK_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void check_cublas(cublasStatus_t status, const char* what) {
@@ -109,8 +116,8 @@ void check_cublas(cublasStatus_t status, const char* what) {
                       std::string("cuBLAS ") + what + " failed: " + cublasGetStatusString(status));
 }
 
-// Median TFLOP/s of five timed cublasGemmEx calls after one warm-up: C (FP32) = A B with A and B
-// n x n FP16 and FP32 accumulation, the precisions of cuda-tc's products.
+// cublasGemmEx's rate for C (FP32) = A B with A and B n x n FP16 and FP32 accumulation, the
+// precisions of cuda-tc's products.
 double cublas_tflops(cublasHandle_t handle, int n) {
   const std::size_t elements = std::size_t(n) * n;
   __half *a = nullptr, *b = nullptr;
@@ -118,32 +125,19 @@ double cublas_tflops(cublasHandle_t handle, int n) {
   SHIFTSTACK_CUDA_CHECK(cudaMalloc(&a, elements * sizeof(__half)));
   SHIFTSTACK_CUDA_CHECK(cudaMalloc(&b, elements * sizeof(__half)));
   SHIFTSTACK_CUDA_CHECK(cudaMalloc(&c, elements * sizeof(float)));
-  // Small non-zero operands (0x1400 is about 0.001 in FP16): zeros could take a faster path.
+  // Small non-zero operands (0x1414 is about 0.001 in FP16): zeros could take a faster path.
   SHIFTSTACK_CUDA_CHECK(cudaMemset(a, 0x14, elements * sizeof(__half)));
   SHIFTSTACK_CUDA_CHECK(cudaMemset(b, 0x14, elements * sizeof(__half)));
   const float one = 1.0f, zero = 0.0f;
-  cudaEvent_t start, stop;
-  SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&start));
-  SHIFTSTACK_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> rates;
-  for (int run = 0; run <= 5; ++run) {
-    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(start));
+  const double rate = median_tflops(2.0 * double(n) * n * n, [&] {
     check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n,
                               &zero, c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "GemmEx");
-    SHIFTSTACK_CUDA_CHECK(cudaEventRecord(stop));
-    SHIFTSTACK_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SHIFTSTACK_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (run > 0) rates.push_back(2.0 * double(n) * n * n / (ms * 1e-3) / 1e12);
-  }
-  SHIFTSTACK_CUDA_CHECK(cudaEventDestroy(start));
-  SHIFTSTACK_CUDA_CHECK(cudaEventDestroy(stop));
+  });
   SHIFTSTACK_CUDA_CHECK(cudaFree(a));
   SHIFTSTACK_CUDA_CHECK(cudaFree(b));
   SHIFTSTACK_CUDA_CHECK(cudaFree(c));
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  return rate;
 }
 
 // The iteration count: a whole number from kWgmmaProducts (the wgmma kernel runs a quarter as
