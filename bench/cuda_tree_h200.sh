@@ -14,8 +14,7 @@ export LD_LIBRARY_PATH=${LIBS:+$(realpath "$LIBS"):}${LD_LIBRARY_PATH:-}
 end=$(( $(date +%s) + ${DEADLINE:-560} ))  # the steps end within DEADLINE seconds
 source "$(dirname "$0")/gpu_steps.sh"
 
-step "machine"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee -a "$out/summary.txt"
+machine memory.total
 step "cuda-tree tests and parity"
 gpu_suite tree_tests 150 --gtest_filter='CudaTree*:*cuda_tree*'
 sanitize 'CudaTreeSanitizer.*' 120 memcheck racecheck

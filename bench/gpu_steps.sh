@@ -34,3 +34,17 @@ sanitize() {  # FILTER LIMIT TOOL...
       tee -a "$out/summary.txt"
   done
 }
+
+# The card, its driver and clocks, and the further nvidia-smi fields FIELDS names (comma-separated).
+machine() {  # [FIELDS]
+  step "machine"
+  nvidia-smi --query-gpu="name,driver_version,clocks.sm,clocks.max.sm${1:+,$1}" --format=csv | tee -a "$out/summary.txt"
+}
+
+# At most 8 files come back from a call: every log, text and JSON in $out but the summary goes
+# into NAME.tgz, and the loose copies are removed.
+archive() {  # NAME
+  (cd "$out" && shopt -s nullglob &&
+    tar czf "$1.tgz" --exclude=summary.txt --exclude="$1.tgz" ./*.log ./*.txt ./*.json &&
+    find . -maxdepth 1 -type f ! -name summary.txt ! -name "$1.tgz" -delete)
+}

@@ -38,10 +38,22 @@ source "$(dirname "$0")/gpu_steps.sh"
 gpu_engines=(cuda-serial cuda-tiled cuda-fast cuda-fourier cuda-gemm cuda-tc)
 fractional_engines=(cuda-serial cuda-tiled cuda-fast cuda-fourier)  # the FP16 Fourier engines refuse them
 
+# Records of cuda-tc at $COMMIT (every encoding, --runs 5) on dense, kbmod and ci, with the further
+# bench options given.
+cuda_tc_records() {  # [bench options...]
+  local workload
+  for workload in dense kbmod ci; do
+    step "records: cuda-tc $workload at $COMMIT"
+    SHIFTSTACK_COMMIT=$COMMIT timeout "$(within 60)" "$bin/shiftstack" bench --workload "$workload" --engine cuda-tc \
+      --encoding all --runs 5 "$@" --json "$out/records_$workload.json" > "$out/records_$workload.txt" 2>&1
+    echo "exit $?" | tee -a "$out/records_$workload.txt" "$out/summary.txt"
+    grep -v "^ *$" "$out/records_$workload.txt" | tail -8 | tee -a "$out/summary.txt"
+  done
+}
+
 PHASE=${PHASE:-1}
 if [ "$PHASE" = 1 ]; then
-  step "machine"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
+  machine
   step "gpu tests"
   gpu_suite gpu_tests 150
   for workload in ci kbmod dense; do
@@ -53,8 +65,7 @@ if [ "$PHASE" = 1 ]; then
     tail -22 "$out/bench_$workload.txt" | tee -a "$out/summary.txt"
   done
 elif [ "$PHASE" = 5 ]; then
-  step "machine"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
+  machine
   step "gpu tests"
   gpu_suite gpu_tests 200
   sanitize 'GpuFourier.FractionalShifts*:GpuFourier.ExactGatherOfEveryTrial:GpuFourier.TinyStackAllEnginesWithTopK:GpuFourier.EveryTensorCoreKernelMatchesReference:GpuFourier.TensorCoreFractionalTinyStack:GpuGatherSanitizer.*:GpuGather.EveryFastBilinearVariantMatchesReference' \
@@ -82,12 +93,9 @@ elif [ "$PHASE" = 5 ]; then
     --json "$out/bench_dense_fractional.json" > "$out/bench_dense_fractional.txt" 2>&1
   echo "exit $?" >> "$out/bench_dense_fractional.txt"
   tail -8 "$out/bench_dense_fractional.txt" | tee -a "$out/summary.txt"
-  # At most 8 files come back from a call: the summary, and everything else in one archive.
-  (cd "$out" && tar czf phase5.tgz --exclude=summary.txt --exclude=phase5.tgz ./*.log ./*.txt ./*.json &&
-    find . -maxdepth 1 -type f ! -name summary.txt ! -name phase5.tgz -delete)
+  archive phase5
 elif [ "$PHASE" = 6 ]; then
-  step "machine"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
+  machine
   folders=("$bin")
   [ -n "${BASE:-}" ] && folders+=("$BASE")
   for round in 1 2; do
@@ -109,36 +117,22 @@ elif [ "$PHASE" = 6 ]; then
   step "gpu tests"
   gpu_suite gpu_tests 200
   sanitize 'GpuFourier.RowRoute*' 120 memcheck racecheck
-  if [ -n "${COMMIT:-}" ]; then
-    for workload in dense kbmod ci; do
-      step "records: cuda-tc $workload at $COMMIT"
-      SHIFTSTACK_COMMIT=$COMMIT timeout "$(within 60)" "$bin/shiftstack" bench --workload "$workload" \
-        --engine cuda-tc --encoding all --runs 5 --json "$out/records_$workload.json" > "$out/records_$workload.txt" 2>&1
-      echo "exit $?" | tee -a "$out/records_$workload.txt" "$out/summary.txt"
-    done
-  fi
-  (cd "$out" && tar czf phase6.tgz --exclude=summary.txt --exclude=phase6.tgz ./*.log ./*.txt ./*.json &&
-    find . -maxdepth 1 -type f ! -name summary.txt ! -name phase6.tgz -delete)
+  [ -n "${COMMIT:-}" ] && cuda_tc_records
+  archive phase6
 elif [ "$PHASE" = 7 ]; then
+  : "${COMMIT:?set COMMIT to the commit of the binaries}"
   ceilings() {  # NAME
     step "ceilings ($1)"
     timeout "$(within 40)" "$bin/shiftstack_tensor_ceiling" 20000 > "$out/$1.txt" 2>&1
     echo "exit $?" >> "$out/$1.txt"
     tee -a "$out/summary.txt" < "$out/$1.txt"
   }
-  step "machine"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv | tee -a "$out/summary.txt"
+  machine power.limit
   ceilings ceilings_before
   step "warm-up"
   timeout "$(within 40)" "$bin/shiftstack" bench --workload dense --engine cuda-tc --encoding fp16 --runs 3 \
     --baseline none > "$out/warmup.txt" 2>&1
-  for workload in dense kbmod ci; do
-    step "records: cuda-tc $workload at ${COMMIT:?set COMMIT to the commit of the binaries}"
-    SHIFTSTACK_COMMIT=$COMMIT timeout "$(within 60)" "$bin/shiftstack" bench --workload "$workload" --engine cuda-tc \
-      --encoding all --runs 5 --baseline cuda-serial --json "$out/records_$workload.json" > "$out/records_$workload.txt" 2>&1
-    echo "exit $?" | tee -a "$out/records_$workload.txt" "$out/summary.txt"
-    grep -v "^ *$" "$out/records_$workload.txt" | tail -8 | tee -a "$out/summary.txt"
-  done
+  cuda_tc_records --baseline cuda-serial
   for round in 1 2; do
     step "dense fp16 round $round"
     SHIFTSTACK_COMMIT=$COMMIT timeout "$(within 40)" "$bin/shiftstack" bench --workload dense --engine cuda-tc \
@@ -147,11 +141,9 @@ elif [ "$PHASE" = 7 ]; then
     grep "stages (ms)" "$out/round_$round.txt" | tee -a "$out/summary.txt"
   done
   ceilings ceilings_after
-  (cd "$out" && tar czf phase7.tgz --exclude=summary.txt --exclude=phase7.tgz ./*.txt ./*.json &&
-    find . -maxdepth 1 -type f ! -name summary.txt ! -name phase7.tgz -delete)
+  archive phase7
 elif [ "$PHASE" = 3 ]; then
-  step "machine"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/summary.txt"
+  machine
   for workload in ${WORKLOADS:-ci kbmod dense}; do
     step "bench $workload, fractional shifts"
     # The FP64 serial gather is the baseline (it picks exactly the reference's corners).

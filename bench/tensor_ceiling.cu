@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/device_buffer.cuh"
 #include "cuda/common/warp_mma.cuh"
+#include "cuda/spectral/spectra.cuh"  // SHIFTSTACK_CUBLAS_CHECK
 #include "shiftstack/error.hpp"
 
 namespace {
@@ -111,33 +113,21 @@ double tflops(Kernel kernel, int blocks, int iterations, double flops_per_block_
   });
 }
 
-void check_cublas(cublasStatus_t status, const char* what) {
-  shiftstack::require(status == CUBLAS_STATUS_SUCCESS,
-                      std::string("cuBLAS ") + what + " failed: " + cublasGetStatusString(status));
-}
-
 // cublasGemmEx's rate for C (FP32) = A B with A and B n x n FP16 and FP32 accumulation, the
 // precisions of cuda-tc's products.
 double cublas_tflops(cublasHandle_t handle, int n) {
   const std::size_t elements = std::size_t(n) * n;
-  __half *a = nullptr, *b = nullptr;
-  float* c = nullptr;
-  SHIFTSTACK_CUDA_CHECK(cudaMalloc(&a, elements * sizeof(__half)));
-  SHIFTSTACK_CUDA_CHECK(cudaMalloc(&b, elements * sizeof(__half)));
-  SHIFTSTACK_CUDA_CHECK(cudaMalloc(&c, elements * sizeof(float)));
+  DeviceArray<__half> a(elements), b(elements);
+  DeviceArray<float> c(elements);
   // Small non-zero operands (0x1414 is about 0.001 in FP16): zeros could take a faster path.
-  SHIFTSTACK_CUDA_CHECK(cudaMemset(a, 0x14, elements * sizeof(__half)));
-  SHIFTSTACK_CUDA_CHECK(cudaMemset(b, 0x14, elements * sizeof(__half)));
+  SHIFTSTACK_CUDA_CHECK(cudaMemset(a.get(), 0x14, a.bytes()));
+  SHIFTSTACK_CUDA_CHECK(cudaMemset(b.get(), 0x14, b.bytes()));
   const float one = 1.0f, zero = 0.0f;
-  const double rate = median_tflops(2.0 * double(n) * n * n, [&] {
-    check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n,
-                              &zero, c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "GemmEx");
+  return median_tflops(2.0 * double(n) * n * n, [&] {
+    SHIFTSTACK_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.get(), CUDA_R_16F, n,
+                                         b.get(), CUDA_R_16F, n, &zero, c.get(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT));
   });
-  SHIFTSTACK_CUDA_CHECK(cudaFree(a));
-  SHIFTSTACK_CUDA_CHECK(cudaFree(b));
-  SHIFTSTACK_CUDA_CHECK(cudaFree(c));
-  return rate;
 }
 
 // The iteration count: a whole number from kWgmmaProducts (the wgmma kernel runs a quarter as
@@ -172,10 +162,10 @@ int run(int argc, char** argv) {
   }
   SHIFTSTACK_CUDA_CHECK(cudaFree(sink));
   cublasHandle_t handle = nullptr;
-  check_cublas(cublasCreate(&handle), "Create");
+  SHIFTSTACK_CUBLAS_CHECK(cublasCreate(&handle));
   for (int n : {4096, 8192, 16384})
     std::printf("cuBLAS GemmEx n = %d, FP16 in, FP32 accumulation and output: %.1f\n", n, cublas_tflops(handle, n));
-  check_cublas(cublasDestroy(handle), "Destroy");
+  SHIFTSTACK_CUBLAS_CHECK(cublasDestroy(handle));
   return 0;
 }
 
