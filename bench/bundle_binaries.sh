@@ -11,6 +11,9 @@ dest=${2:?usage: bench/bundle_binaries.sh BUILD_DIR DEST [binary...]}
 shift 2
 binaries=("$@")
 ((${#binaries[@]})) || binaries=(shiftstack shiftstack_gpu_tests shiftstack_tensor_ceiling)
+for name in "${binaries[@]}"; do  # all present before DEST is touched
+  [ -x "$build/bin/$name" ] || { echo "bundle_binaries: $build/bin/$name is not a built binary" >&2; exit 1; }
+done
 rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/lib"
 for name in "${binaries[@]}"; do
   strip -o "$dest/bin/$name" "$build/bin/$name"
